@@ -1,0 +1,38 @@
+"""tei_runtime: run a tei-export artifact with onnxruntime. No torch, no transformers.
+
+Usage: `model = tei_runtime.load("artifacts/all-MiniLM-L6-v2")`, then
+`model.embed(["a sentence", "another one"])` gives a [2, 384] array, L2-normalised.
+"""
+
+from __future__ import annotations
+
+from tei_runtime.data import Encoding, SparseVector, Token
+from tei_runtime.errors import (
+    BackendError,
+    InputTooLongError,
+    ProviderError,
+    TeiRuntimeError,
+    TokenizerError,
+    ValidationError,
+)
+from tei_runtime.loader import load
+from tei_runtime.manifest import ManifestError, Pooling, Precision, Task
+from tei_runtime.model import Model
+
+__all__ = [
+    "BackendError",
+    "Encoding",
+    "InputTooLongError",
+    "ManifestError",
+    "Model",
+    "Pooling",
+    "Precision",
+    "ProviderError",
+    "SparseVector",
+    "Task",
+    "TeiRuntimeError",
+    "Token",
+    "TokenizerError",
+    "ValidationError",
+    "load",
+]

@@ -1,0 +1,67 @@
+"""`python -m tei_runtime --print-host [ARTIFACT]`: what the probe found and what load() would use.
+
+Prints JSON for operators; loads no session, so it is safe on a busy host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from tei_runtime.artifact import open_artifact
+from tei_runtime.errors import TeiRuntimeError
+from tei_runtime.host import probe
+from tei_runtime.loader import plan
+from tei_runtime.manifest import ManifestError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tei_runtime", description=__doc__)
+    parser.add_argument("--print-host", action="store_true", help="print the host probe")
+    parser.add_argument("artifact", nargs="?", type=Path, help="artifact folder to plan for")
+    parser.add_argument("--device", default="auto", help="auto|cpu|cuda|tensorrt|rocm|openvino")
+    parser.add_argument("--dtype", default="auto", help="auto|float32|float16|int8")
+    parser.add_argument("--intra-op-threads", type=int, default=None)
+    parser.add_argument("--max-batch-tokens", type=int, default=16384)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.print_host:
+        _parser().print_usage(sys.stderr)
+        return 2
+    host = probe()
+    report: dict[str, object] = {
+        "host": {**msgspec.to_builtins(host), "usable_cores": host.usable_cores}
+    }
+    if args.artifact is not None:
+        try:
+            artifact = open_artifact(args.artifact)
+            choice = plan(
+                artifact,
+                host,
+                device=args.device,
+                dtype=args.dtype,
+                intra_op_threads=args.intra_op_threads,
+                max_batch_tokens=args.max_batch_tokens,
+                cache_dir=args.cache_dir,
+            )
+        except (ManifestError, TeiRuntimeError) as e:
+            report["error"] = str(e)
+            sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
+            return 1
+        variant = artifact.manifest.variant(choice.precision)
+        report["choice"] = msgspec.to_builtins(choice)
+        report["variant"] = {"name": variant.name, "file": variant.file}
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Open an artifact folder: read the manifest and verify the files the runtime will load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from tei_runtime.checksum import sha256_file
+from tei_runtime.manifest import Manifest, ManifestError, Variant, read_manifest
+
+TOKENIZER_JSON = "tokenizer.json"
+
+
+class Artifact(msgspec.Struct, frozen=True, kw_only=True):
+    root: Path
+    manifest: Manifest
+
+
+def open_artifact(artifact_dir: str | Path) -> Artifact:
+    root = Path(artifact_dir).expanduser()
+    if not root.is_dir():
+        raise ManifestError(f"{root}: not a folder; pass a tei-export artifact folder")
+    manifest = read_manifest(root)
+    if TOKENIZER_JSON not in manifest.tokenizer_files:
+        raise ManifestError(f"{root / 'manifest.json'}: tokenizer_files lacks {TOKENIZER_JSON}")
+    return Artifact(root=root, manifest=manifest)
+
+
+def verify_file(path: Path, expected: str | None) -> None:
+    """Raise ManifestError naming `path` when it is missing or its sha256 differs."""
+    if not path.is_file():
+        raise ManifestError(f"{path}: missing from the artifact (the manifest lists it)")
+    if expected is None:
+        raise ManifestError(f"{path}: the manifest gives no sha256 for it")
+    actual = sha256_file(path)
+    if actual != expected.lower():
+        raise ManifestError(
+            f"{path}: sha256 mismatch (manifest {expected}, file {actual}); the artifact is "
+            "corrupt or was modified, re-export or re-download it"
+        )
+
+
+def verify_tokenizer(artifact: Artifact) -> Path:
+    """Check every tokenizer file and return tokenizer.json's path."""
+    for name in artifact.manifest.tokenizer_files:
+        verify_file(artifact.root / name, artifact.manifest.tokenizer_sha256.get(name))
+    return artifact.root / TOKENIZER_JSON
+
+
+def verify_variant(artifact: Artifact, variant: Variant) -> Path:
+    path = artifact.root / variant.file
+    verify_file(path, variant.sha256)
+    return path

@@ -1,0 +1,32 @@
+"""Packing many inputs into padded batches under a token budget (for the high-level calls).
+
+Sorting by length first keeps padding low; the padded cost of a batch is its longest entry
+times its size, the same measure as the server's batcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def pack(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices into `lengths`, grouped so that max_len * n <= budget for every batch.
+
+    An entry longer than the budget on its own still gets a batch (of one).
+    """
+    if budget <= 0:
+        raise ValueError(f"batch token budget must be positive, got {budget}")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        length = max(lengths[i], 1)
+        if current and max(longest, length) * (len(current) + 1) > budget:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches

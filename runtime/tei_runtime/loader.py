@@ -1,0 +1,99 @@
+"""`load()`: artifact folder -> verified files -> provider choice -> a ready Model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tei_runtime.artifact import Artifact, open_artifact, verify_tokenizer, verify_variant
+from tei_runtime.errors import ProviderError
+from tei_runtime.host import Host, probe
+from tei_runtime.model import Model
+from tei_runtime.providers import Device, Preference, ProviderChoice, choose
+from tei_runtime.session import OrtBackend
+from tei_runtime.tokenization import Tokenizer
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tei-onnx"
+
+
+def plan(
+    artifact: Artifact,
+    host: Host,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    intra_op_threads: int | None = None,
+    max_batch_tokens: int = 16384,
+    cache_dir: Path | None = None,
+) -> ProviderChoice:
+    """The provider choice for this artifact on this host, without loading anything."""
+    if intra_op_threads is not None and intra_op_threads < 1:
+        raise ProviderError(f"intra_op_threads must be at least 1, got {intra_op_threads}")
+    if max_batch_tokens < 1:
+        raise ProviderError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
+    manifest = artifact.manifest
+    return choose(
+        host,
+        Preference(
+            device=device,
+            dtype=dtype,
+            variants={v.precision: v.sha256 for v in manifest.variants},
+            cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
+            max_batch_tokens=max_batch_tokens,
+            max_input_length=manifest.max_input_length,
+            input_names=tuple(manifest.io.inputs),
+            intra_op_threads=intra_op_threads,
+        ),
+    )
+
+
+def load(
+    artifact_dir: str | Path,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    intra_op_threads: int | None = None,
+    max_batch_tokens: int = 16384,
+    cache_dir: Path | None = None,
+    host: Host | None = None,
+) -> Model:
+    """Load an artifact written by tei-export.
+
+    device: auto|cpu|cuda|tensorrt|rocm|openvino (cuda:1 picks a GPU, openvino:GPU a device
+    type). dtype: auto|float32|float16|int8; auto is fp32 on CPU, fp16 on GPUs when the
+    artifact has it. A device or dtype that cannot run here raises ProviderError; the files
+    loaded are checked against the manifest's sha256 (ManifestError naming the file).
+    `host` replaces the live probe (tests, or a caller that probed already).
+    """
+    artifact = open_artifact(artifact_dir)
+    choice = plan(
+        artifact,
+        host if host is not None else probe(),
+        device=device,
+        dtype=dtype,
+        intra_op_threads=intra_op_threads,
+        max_batch_tokens=max_batch_tokens,
+        cache_dir=cache_dir,
+    )
+    manifest = artifact.manifest
+    variant = manifest.variant(choice.precision)
+    tokenizer = Tokenizer(verify_tokenizer(artifact), max_input_length=manifest.max_input_length)
+    model_path = verify_variant(artifact, variant)
+    if choice.device is Device.TENSORRT:
+        # TensorRT writes its engine and timing caches here; it does not create the folder.
+        for _, options in choice.providers:
+            if "trt_engine_cache_path" in options:
+                Path(options["trt_engine_cache_path"]).mkdir(parents=True, exist_ok=True)
+    backend = OrtBackend(model_path, choice)
+    return Model(
+        manifest=manifest,
+        variant=variant,
+        tokenizer=tokenizer,
+        backend=backend,
+        choice=choice,
+        max_batch_tokens=max_batch_tokens,
+        artifact_dir=artifact.root,
+    )

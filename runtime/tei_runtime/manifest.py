@@ -1,0 +1,159 @@
+"""The artifact contract: manifest.json, written by tei-export and read by everything else.
+
+The manifest forbids unknown fields so that a reader never silently ignores something a newer
+writer meant; `schema_version` is checked before anything else is decoded.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import msgspec
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+class Task(enum.StrEnum):
+    EMBED = "embed"
+    RERANK = "rerank"
+    CLASSIFY = "classify"
+    SPARSE = "sparse"
+
+
+class Pooling(enum.StrEnum):
+    CLS = "cls"
+    MEAN = "mean"
+    LAST_TOKEN = "last-token"
+    SPLADE = "splade"
+
+
+class Precision(enum.StrEnum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+
+
+class ManifestError(Exception):
+    """The artifact is missing, malformed, of an unknown schema version, or fails a checksum."""
+
+
+class Source(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    model_id: str
+    """Hub id or the local folder the artifact was exported from."""
+    revision: str | None = None
+    commit_sha: str | None = None
+
+
+class Validation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    min_cosine: float
+    max_abs_err: float
+    tolerance: float
+    """The minimum cosine this variant had to reach to be written."""
+    shapes: list[tuple[int, int]]
+    """(batch, sequence length) pairs compared against the PyTorch reference."""
+
+
+class Variant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    file: str
+    precision: Precision
+    sha256: str
+    fused_ops: dict[str, int]
+    """Operator type -> count in the graph, for the fused ops the exporter looks for."""
+    validation: Validation
+
+
+class IoNames(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    inputs: list[str]
+    """Graph inputs in order; a subset of input_ids, attention_mask, token_type_ids,
+    position_ids."""
+    outputs: list[str]
+    """Graph outputs: `token_embeddings` [batch, seq, hidden] for every embed model, plus
+    `sentence_embedding` [batch, dim] when pooling and Dense layers run in the graph;
+    `logits` [batch, labels] for classifier/reranker heads; `sparse_embedding` [batch, vocab]
+    (SPLADE, max-pooled in the graph) for sparse models."""
+
+
+class Prompts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    prompts: dict[str, str] = msgspec.field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+
+class Toolchain(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    tei_onnx: str
+    torch: str
+    transformers: str
+    onnx: str
+    onnxruntime: str
+
+
+class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    schema_version: int
+    source: Source
+    task: Task
+    architecture: str
+    """The transformers class the graph was traced from, e.g. BertModel."""
+    model_type: str
+    """config.json's model_type, e.g. bert."""
+    card: str
+    """The model card (model_cards/<card>.toml) used for the export."""
+    pooling: Pooling | None
+    """How token embeddings become one vector (None for classifier/reranker heads)."""
+    normalize: bool
+    max_input_length: int
+    hidden_size: int
+    pooling_in_graph: bool = False
+    """True when the graph already pools (Dense modules, SPLADE): read its pooled output."""
+    io: IoNames
+    labels: dict[int, str] = msgspec.field(default_factory=dict)
+    """id2label for classifier and reranker heads."""
+    prompts: Prompts = msgspec.field(default_factory=Prompts)
+    padding_side: str = "right"
+    truncation_side: str = "right"
+    opset: int
+    toolchain: Toolchain
+    tokenizer_files: list[str]
+    tokenizer_sha256: dict[str, str]
+    variants: list[Variant]
+
+    def variant(self, precision: Precision) -> Variant:
+        for v in self.variants:
+            if v.precision is precision:
+                return v
+        have = ", ".join(v.precision.value for v in self.variants)
+        raise ManifestError(f"artifact has no {precision.value} variant (it has: {have})")
+
+
+class _VersionOnly(msgspec.Struct):
+    schema_version: int
+
+
+def encode_manifest(manifest: Manifest) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
+
+
+def decode_manifest(data: bytes, *, where: str = MANIFEST_NAME) -> Manifest:
+    try:
+        version = msgspec.json.decode(data, type=_VersionOnly).schema_version
+    except msgspec.DecodeError as e:
+        raise ManifestError(f"{where}: not a tei-onnx manifest ({e})") from e
+    if version != SCHEMA_VERSION:
+        raise ManifestError(
+            f"{where}: schema_version {version} is not supported (this tei-onnx reads "
+            f"{SCHEMA_VERSION}); re-export the model or upgrade tei-onnx"
+        )
+    try:
+        return msgspec.json.decode(data, type=Manifest)
+    except msgspec.ValidationError as e:
+        raise ManifestError(f"{where}: {e}") from e
+
+
+def read_manifest(artifact_dir: Path) -> Manifest:
+    path = artifact_dir / MANIFEST_NAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise ManifestError(f"{path}: missing; is {artifact_dir} a tei-export artifact?") from e
+    return decode_manifest(data, where=str(path))

@@ -1,0 +1,336 @@
+"""Model: tokenization, one-batch forwards for the server, and batching calls for Python users."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from tei_runtime import pooling
+from tei_runtime.batching import pack
+from tei_runtime.data import Encoding, SparseVector, Token
+from tei_runtime.errors import BackendError, ValidationError
+from tei_runtime.manifest import Manifest, Pooling, Precision, Variant
+from tei_runtime.providers import ProviderChoice
+from tei_runtime.session import OrtBackend
+from tei_runtime.tokenization import Direction, Input, TextInput, Tokenizer
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
+
+TOKEN_EMBEDDINGS = "token_embeddings"
+SENTENCE_EMBEDDING = "sentence_embedding"
+SPARSE_EMBEDDING = "sparse_embedding"
+LOGITS = "logits"
+KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids", "position_ids"})
+
+
+class Model:
+    """A loaded artifact. Thread-safe: the server may call it from several threads."""
+
+    def __init__(
+        self,
+        *,
+        manifest: Manifest,
+        variant: Variant,
+        tokenizer: Tokenizer,
+        backend: OrtBackend,
+        choice: ProviderChoice,
+        max_batch_tokens: int,
+        artifact_dir: Path,
+    ) -> None:
+        self.manifest = manifest
+        self.variant = variant
+        self.choice = choice
+        self.provider: str = choice.provider
+        self.precision: Precision = choice.precision
+        self.max_input_length: int = manifest.max_input_length
+        self.max_batch_tokens = max_batch_tokens
+        self.artifact_dir = artifact_dir
+        self.tokenizer = tokenizer
+        self._backend = backend
+        unknown = set(backend.input_names) - KNOWN_INPUTS
+        if unknown:
+            raise BackendError(
+                f"the graph wants inputs this runtime cannot build: {sorted(unknown)}"
+            )
+        self._inputs = backend.input_names
+        self._outputs = frozenset(backend.output_names)
+        self._left_pad = manifest.padding_side == "left"
+
+    # ---- tokenization -------------------------------------------------------------------
+
+    def _prefix(self, prompt_name: str | None, prompt: str | None) -> str | None:
+        if prompt is not None and prompt_name is not None:
+            raise ValidationError("pass `prompt` or `prompt_name`, not both")
+        if prompt is not None:
+            return prompt
+        prompts = self.manifest.prompts
+        name = prompt_name if prompt_name is not None else prompts.default_prompt_name
+        if name is None:
+            return None
+        try:
+            return prompts.prompts[name]
+        except KeyError:
+            have = ", ".join(f"`{n}`" for n in prompts.prompts) or "none"
+            raise ValidationError(
+                f"prompt_name `{name}` is not one of this model's prompts (it has: {have})"
+            ) from None
+
+    def encode(
+        self,
+        inputs: Sequence[Input],
+        *,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        add_special_tokens: bool = True,
+    ) -> list[Encoding]:
+        """Tokenize: strings, (query, passage) pairs, or token id lists used as they are."""
+        return self.tokenizer.encode(
+            inputs,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            prefix=self._prefix(prompt_name, prompt),
+            add_special_tokens=add_special_tokens,
+        )
+
+    def tokenize(
+        self,
+        inputs: Sequence[TextInput],
+        *,
+        add_special_tokens: bool = True,
+        prompt_name: str | None = None,
+    ) -> list[list[Token]]:
+        return self.tokenizer.tokens(
+            inputs,
+            add_special_tokens=add_special_tokens,
+            prefix=self._prefix(prompt_name, None),
+        )
+
+    def decode(
+        self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True
+    ) -> list[str]:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    # ---- one padded batch -------------------------------------------------------------
+
+    def _feeds(self, batch: Sequence[Encoding]) -> tuple[dict[str, IntArray], IntArray]:
+        if not batch:
+            raise ValidationError("a batch needs at least one input")
+        n = len(batch)
+        width = max(1, max(len(e) for e in batch))
+        ids = np.full((n, width), self.tokenizer.pad_id, dtype=np.int64)
+        mask = np.zeros((n, width), dtype=np.int64)
+        types = np.zeros((n, width), dtype=np.int64)
+        for row, enc in enumerate(batch):
+            k = len(enc)
+            cols = slice(width - k, width) if self._left_pad else slice(0, k)
+            ids[row, cols] = enc.ids
+            mask[row, cols] = 1
+            types[row, cols] = enc.type_ids
+        feeds: dict[str, IntArray] = {}
+        for name in self._inputs:
+            if name == "input_ids":
+                feeds[name] = ids
+            elif name == "attention_mask":
+                feeds[name] = mask
+            elif name == "token_type_ids":
+                feeds[name] = types
+            else:  # position_ids; right for left and right padding alike
+                feeds[name] = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+        return feeds, mask
+
+    def _run(self, batch: Sequence[Encoding], output: str) -> tuple[FloatArray, IntArray]:
+        if output not in self._outputs:
+            raise ValidationError(self._missing_output(output))
+        feeds, mask = self._feeds(batch)
+        (result,) = self._backend.run(feeds, [output])
+        return result, mask
+
+    def _missing_output(self, output: str) -> str:
+        task = self.manifest.task.value
+        if output == LOGITS:
+            return f"this model has no classification head (task {task}); use an embedding call"
+        if output == SPARSE_EMBEDDING:
+            return f"this model has no sparse (SPLADE) output (task {task})"
+        return f"this model gives no embeddings (task {task}); use predict"
+
+    def forward_embed(self, batch: Sequence[Encoding]) -> FloatArray:
+        """[n, dim] pooled embeddings as the manifest says, not normalised."""
+        if self.manifest.pooling is Pooling.SPLADE:
+            raise ValidationError("SPLADE models give sparse embeddings only; use embed_sparse")
+        if self.manifest.pooling_in_graph and SENTENCE_EMBEDDING in self._outputs:
+            out, mask = self._run(batch, SENTENCE_EMBEDDING)
+        else:
+            if self.manifest.pooling is None:
+                raise ValidationError(self._missing_output(TOKEN_EMBEDDINGS))
+            tokens, mask = self._run(batch, TOKEN_EMBEDDINGS)
+            out = pooling.pool(tokens, mask, self.manifest.pooling)
+        return _zero_empty_rows(out, mask)
+
+    def forward_tokens(self, batch: Sequence[Encoding]) -> list[FloatArray]:
+        """Per input [len_i, hidden] token embeddings, padding removed."""
+        tokens, mask = self._run(batch, TOKEN_EMBEDDINGS)
+        width = mask.shape[1]
+        rows: list[FloatArray] = []
+        for row, enc in enumerate(batch):
+            k = len(enc)
+            cols = slice(width - k, width) if self._left_pad else slice(0, k)
+            rows.append(np.ascontiguousarray(tokens[row, cols]))
+        return rows
+
+    def forward_sparse(self, batch: Sequence[Encoding]) -> FloatArray:
+        """[n, vocab] SPLADE activations."""
+        if SPARSE_EMBEDDING in self._outputs:
+            out, mask = self._run(batch, SPARSE_EMBEDDING)
+        elif self.manifest.pooling is Pooling.SPLADE:
+            logits, mask = self._run(batch, TOKEN_EMBEDDINGS)
+            out = pooling.pool(logits, mask, Pooling.SPLADE)
+        else:
+            raise ValidationError(self._missing_output(SPARSE_EMBEDDING))
+        return _zero_empty_rows(out, mask)
+
+    def forward_logits(self, batch: Sequence[Encoding]) -> FloatArray:
+        """[n, labels] raw classifier/reranker logits."""
+        out, _ = self._run(batch, LOGITS)
+        return out
+
+    # ---- batching calls for Python users ------------------------------------------------
+
+    def _map(
+        self,
+        encodings: Sequence[Encoding],
+        forward: Callable[[Sequence[Encoding]], Sequence[T]],
+        batch_tokens: int | None,
+    ) -> list[T]:
+        """Run `forward` over budget-packed, length-sorted batches; results in input order."""
+        budget = batch_tokens if batch_tokens is not None else self.max_batch_tokens
+        results: list[T | None] = [None] * len(encodings)
+        for indices in pack([len(e) for e in encodings], budget):
+            for i, value in zip(indices, forward([encodings[i] for i in indices]), strict=True):
+                results[i] = value
+        return [r for r in results if r is not None]
+
+    def _stack(self, rows: list[FloatArray], width: int) -> FloatArray:
+        if not rows:
+            return np.zeros((0, width), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def embed(
+        self,
+        texts: Sequence[Input],
+        *,
+        normalize: bool = True,
+        dimensions: int | None = None,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        batch_tokens: int | None = None,
+    ) -> FloatArray:
+        """[n, dim] sentence embeddings, like sentence-transformers' encode."""
+        encodings = self.encode(
+            texts,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            prompt_name=prompt_name,
+            prompt=prompt,
+        )
+        rows = self._map(encodings, _rows(self.forward_embed), batch_tokens)
+        out = self._stack(rows, self.manifest.hidden_size)
+        out = pooling.truncate_dimensions(out, dimensions)
+        return pooling.normalize(out) if normalize else out
+
+    def embed_all(
+        self,
+        texts: Sequence[Input],
+        *,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        batch_tokens: int | None = None,
+    ) -> list[FloatArray]:
+        """Per input [len_i, hidden] token embeddings (special tokens included)."""
+        encodings = self.encode(
+            texts,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            prompt_name=prompt_name,
+            prompt=prompt,
+        )
+        return self._map(encodings, self.forward_tokens, batch_tokens)
+
+    def embed_sparse(
+        self,
+        texts: Sequence[Input],
+        *,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        batch_tokens: int | None = None,
+    ) -> list[SparseVector]:
+        encodings = self.encode(
+            texts,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            prompt_name=prompt_name,
+            prompt=prompt,
+        )
+
+        def forward(batch: Sequence[Encoding]) -> list[SparseVector]:
+            return pooling.to_sparse(self.forward_sparse(batch))
+
+        return self._map(encodings, forward, batch_tokens)
+
+    def predict(
+        self,
+        inputs: Sequence[Input],
+        *,
+        raw_scores: bool = False,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        batch_tokens: int | None = None,
+    ) -> FloatArray:
+        """[n, labels] scores: sigmoid for one label, softmax for several, logits if raw."""
+        encodings = self.encode(
+            inputs,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            prompt_name=prompt_name,
+            prompt=prompt,
+        )
+        rows = self._map(encodings, _rows(self.forward_logits), batch_tokens)
+        return pooling.scores(
+            self._stack(rows, max(1, len(self.manifest.labels))), raw_scores=raw_scores
+        )
+
+
+def _rows(
+    forward: Callable[[Sequence[Encoding]], FloatArray],
+) -> Callable[[Sequence[Encoding]], list[FloatArray]]:
+    def run(batch: Sequence[Encoding]) -> list[FloatArray]:
+        return list(forward(batch))
+
+    return run
+
+
+def _zero_empty_rows(out: FloatArray, mask: IntArray) -> FloatArray:
+    """An input of no tokens (an empty string without special tokens) pools to zeros.
+
+    Its row is all padding, where a graph's attention may well produce NaN.
+    """
+    empty = mask.sum(axis=1) == 0
+    if empty.any():
+        out = out.copy()
+        out[empty] = 0.0
+    return out

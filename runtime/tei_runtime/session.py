@@ -1,0 +1,104 @@
+"""OrtBackend: one onnxruntime session; numpy in, numpy out.
+
+On GPU providers outputs are bound on the device through IO binding, so a run copies each
+output back once instead of letting onnxruntime stage it; inputs are small int64 arrays and
+are bound from host memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
+
+from tei_runtime.errors import BackendError
+from tei_runtime.providers import ProviderChoice
+
+# onnxruntime's C++ errors surface as these classes (all plain Exception subclasses), and
+# its Python layer raises RuntimeError/ValueError for bad feeds.
+_ORT_ERRORS: tuple[type[BaseException], ...] = (
+    *(
+        cls
+        for name in (
+            "Fail",
+            "InvalidArgument",
+            "RuntimeException",
+            "EPFail",
+            "NotImplemented",
+            "InvalidGraph",
+            "InvalidProtobuf",
+            "NoSuchFile",
+            "NoModel",
+            "EngineError",
+        )
+        if isinstance(cls := getattr(_ort_state, name, None), type)
+    ),
+    RuntimeError,
+    ValueError,
+)
+
+
+def session_options(choice: ProviderChoice) -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = choice.intra_op_threads
+    opts.inter_op_num_threads = choice.inter_op_threads
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # ENABLE_ALL is applied at load time on this host only; never serialised, because its
+    # layout transforms are specific to the machine they ran on.
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Memory patterns pay off for fixed shapes only; every batch here has a new shape.
+    opts.enable_mem_pattern = False
+    return opts
+
+
+class OrtBackend:
+    def __init__(self, model_path: Path, choice: ProviderChoice) -> None:
+        self.choice = choice
+        try:
+            self._session = ort.InferenceSession(
+                str(model_path),
+                sess_options=session_options(choice),
+                providers=choice.providers,
+            )
+        except _ORT_ERRORS as e:
+            raise BackendError(f"{model_path}: onnxruntime cannot load it ({e})") from e
+        active = list(self._session.get_providers())
+        if choice.provider not in active:
+            # onnxruntime only logs when a provider fails to initialise (missing CUDA or
+            # cuDNN libraries, ...) and carries on with the rest; we refuse instead.
+            raise BackendError(
+                f"onnxruntime could not initialise {choice.provider} (active: "
+                f"{', '.join(active)}); check the GPU driver and the CUDA/cuDNN/TensorRT "
+                "libraries it needs, or choose another device"
+            )
+        self.input_names: tuple[str, ...] = tuple(i.name for i in self._session.get_inputs())
+        self.output_names: tuple[str, ...] = tuple(o.name for o in self._session.get_outputs())
+        self.active_providers: tuple[str, ...] = tuple(active)
+
+    def run(
+        self, feeds: Mapping[str, npt.NDArray[np.int64]], outputs: Sequence[str]
+    ) -> list[npt.NDArray[np.float32]]:
+        try:
+            if self.choice.io_binding is None:
+                results = self._session.run(list(outputs), dict(feeds))
+            else:
+                results = self._run_bound(feeds, outputs)
+        except _ORT_ERRORS as e:
+            raise BackendError(str(e)) from e
+        # fp16 variants keep fp32 outputs; the cast is a no-op then and a guard otherwise.
+        return [np.asarray(r).astype(np.float32, copy=False) for r in results]
+
+    def _run_bound(
+        self, feeds: Mapping[str, npt.NDArray[np.int64]], outputs: Sequence[str]
+    ) -> list[npt.NDArray[np.float32]]:
+        binding = self._session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in outputs:
+            binding.bind_output(name, self.choice.io_binding, self.choice.device_id)
+        self._session.run_with_iobinding(binding)
+        return list(binding.copy_outputs_to_cpu())

@@ -1,0 +1,258 @@
+"""Tokenization from tokenizer.json with truncation, pairs, prompts and pre-tokenized ids.
+
+Three `tokenizers.Tokenizer` instances are kept (no truncation, truncate right, truncate
+left) rather than one reconfigured per call: reconfiguring mutates shared state, which would
+race when the server tokenizes on several threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+import tokenizers  # type: ignore[import-untyped]  # ships no py.typed
+
+from tei_runtime.data import Encoding, Token
+from tei_runtime.errors import InputTooLongError, TokenizerError, ValidationError
+
+Direction: TypeAlias = Literal["left", "right"]
+TextInput: TypeAlias = str | tuple[str, str]
+Input: TypeAlias = str | tuple[str, str] | Sequence[int]
+
+# A token never needs more than this many characters in practice (BERT's WordPiece gives up
+# on words over 100 chars). Texts longer than max_input_length * this are cut before
+# tokenizing; `_cut_long` checks the cut still yields a full window and undoes it otherwise.
+CHARS_PER_TOKEN = 20
+# How far back from the cut point to look for whitespace to cut at.
+_WHITESPACE_SEARCH = 0.1
+
+_PAD_TOKENS = ("[PAD]", "<pad>", "<|endoftext|>", "</s>")
+
+
+def _is_pair(item: object) -> bool:
+    return (
+        isinstance(item, tuple)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and isinstance(item[1], str)
+    )
+
+
+def _ids(item: object) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(i) for i in item)  # type: ignore[attr-defined]
+    except (TypeError, ValueError) as e:
+        raise ValidationError(
+            "each input must be a string, a (query, passage) pair of strings or a list of "
+            f"token ids; got {type(item).__name__}"
+        ) from e
+    if any(i < 0 for i in ids):
+        raise ValidationError("token ids must not be negative")
+    return ids
+
+
+def cut_point(text: str, budget: int, direction: Direction) -> str:
+    """Keep about `budget` chars at the kept end, cutting at whitespace where one is near."""
+    if len(text) <= budget:
+        return text
+    reach = max(1, int(budget * _WHITESPACE_SEARCH))
+    if direction == "right":
+        for i in range(budget, budget - reach, -1):
+            if text[i].isspace():
+                return text[:i]
+        return text[:budget]
+    start = len(text) - budget
+    for i in range(start - 1, start - 1 + reach):
+        if text[i].isspace():
+            return text[i + 1 :]
+    return text[start:]
+
+
+class Tokenizer:
+    def __init__(self, tokenizer_json: Path, *, max_input_length: int) -> None:
+        try:
+            data = tokenizer_json.read_text(encoding="utf-8")
+            self._plain = tokenizers.Tokenizer.from_str(data)
+            self._right = tokenizers.Tokenizer.from_str(data)
+            self._left = tokenizers.Tokenizer.from_str(data)
+        except Exception as e:  # tokenizers raises bare Exception for a malformed file
+            raise TokenizerError(f"{tokenizer_json}: cannot load tokenizer ({e})") from e
+        self.max_input_length = max_input_length
+        for tok in (self._plain, self._right, self._left):
+            tok.no_padding()
+        self._plain.no_truncation()
+        self._right.enable_truncation(max_input_length, direction="right")
+        self._left.enable_truncation(max_input_length, direction="left")
+        self.pad_id = self._find_pad_id()
+        self.vocab_size = self._plain.get_vocab_size(with_added_tokens=True)
+
+    def _find_pad_id(self) -> int:
+        padding = self._plain.padding
+        if padding is not None and isinstance(padding.get("pad_id"), int):
+            return int(padding["pad_id"])
+        for token in _PAD_TOKENS:
+            found = self._plain.token_to_id(token)
+            if found is not None:
+                return int(found)
+        # Padded positions are masked out, so any id is correct; 0 always exists.
+        return 0
+
+    def _cut_long(self, text: str, direction: Direction) -> str:
+        budget = self.max_input_length * CHARS_PER_TOKEN
+        if len(text) <= budget:
+            return text
+        cut = cut_point(text, budget, direction)
+        # The cut is exact when it alone still fills the window: truncation keeps at most
+        # max_input_length tokens of one sequence, and cutting at whitespace leaves the
+        # pre-tokens (hence tokens) before the cut unchanged.
+        try:
+            count = len(self._plain.encode(cut, add_special_tokens=False).ids)
+        except Exception as e:
+            raise TokenizerError(str(e)) from e
+        return cut if count >= self.max_input_length else text
+
+    def encode(
+        self,
+        inputs: Sequence[Input],
+        *,
+        truncate: bool = True,
+        truncation_direction: Direction = "right",
+        prefix: str | None = None,
+        add_special_tokens: bool = True,
+    ) -> list[Encoding]:
+        """Tokenize a batch. `prefix` (a prompt) goes before each text and each pair's query."""
+        if truncation_direction not in ("left", "right"):
+            raise ValidationError(
+                f"`truncation_direction` must be left or right. Given: {truncation_direction}"
+            )
+        out: list[Encoding | None] = [None] * len(inputs)
+        texts: list[TextInput] = []
+        where: list[int] = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, str):
+                text = prefix + item if prefix else item
+                texts.append(self._cut_long(text, truncation_direction) if truncate else text)
+                where.append(i)
+            elif isinstance(item, tuple) and _is_pair(item):
+                query, passage = str(item[0]), str(item[1])
+                query = prefix + query if prefix else query
+                if truncate:
+                    query = self._cut_long(query, truncation_direction)
+                    passage = self._cut_long(passage, truncation_direction)
+                texts.append((query, passage))
+                where.append(i)
+            else:
+                out[i] = self._from_ids(_ids(item), truncate, truncation_direction)
+        if texts:
+            tok = self._plain
+            if truncate:
+                tok = self._left if truncation_direction == "left" else self._right
+            try:
+                encoded = tok.encode_batch(texts, add_special_tokens=add_special_tokens)
+            except Exception as e:  # tokenizers raises bare Exception
+                raise TokenizerError(str(e)) from e
+            for i, enc in zip(where, encoded, strict=True):
+                if not truncate and len(enc.ids) > self.max_input_length:
+                    raise InputTooLongError(len(enc.ids), self.max_input_length)
+                out[i] = Encoding(
+                    ids=tuple(enc.ids),
+                    type_ids=tuple(enc.type_ids),
+                    offsets=tuple(enc.offsets),
+                )
+        return [e for e in out if e is not None]
+
+    def _from_ids(self, ids: tuple[int, ...], truncate: bool, direction: Direction) -> Encoding:
+        limit = self.max_input_length
+        if len(ids) > limit:
+            if not truncate:
+                raise InputTooLongError(len(ids), limit)
+            ids = ids[-limit:] if direction == "left" else ids[:limit]
+        too_big = [i for i in ids if i >= self.vocab_size]
+        if too_big:
+            raise ValidationError(
+                f"token id {too_big[0]} is outside the vocabulary (size {self.vocab_size})"
+            )
+        return Encoding(ids=ids, type_ids=(0,) * len(ids), offsets=((0, 0),) * len(ids))
+
+    def tokens(
+        self,
+        inputs: Sequence[TextInput],
+        *,
+        add_special_tokens: bool = True,
+        prefix: str | None = None,
+    ) -> list[list[Token]]:
+        """TEI's /tokenize view: no truncation, byte offsets into the (prompted) input."""
+        texts: list[TextInput] = []
+        for item in inputs:
+            if isinstance(item, str):
+                texts.append(prefix + item if prefix else item)
+            elif isinstance(item, tuple) and _is_pair(item):
+                query, passage = str(item[0]), str(item[1])
+                texts.append((prefix + query if prefix else query, passage))
+            else:
+                raise ValidationError("`inputs` must be strings or (query, passage) pairs")
+        try:
+            encoded = self._plain.encode_batch(texts, add_special_tokens=add_special_tokens)
+        except Exception as e:
+            raise TokenizerError(str(e)) from e
+        result: list[list[Token]] = []
+        for text, enc in zip(texts, encoded, strict=True):
+            members = (text,) if isinstance(text, str) else text
+            byte_maps = [_ByteOffsets(m) for m in members]
+            row: list[Token] = []
+            for tid, token, special, (start, stop), seq in zip(
+                enc.ids,
+                enc.tokens,
+                enc.special_tokens_mask,
+                enc.offsets,
+                enc.sequence_ids,
+                strict=True,
+            ):
+                if special or seq is None:
+                    row.append(Token(id=tid, text=token, special=True, start=None, stop=None))
+                    continue
+                bytes_of = byte_maps[seq]
+                b_start, b_stop = bytes_of.at(start), bytes_of.at(stop)
+                row.append(
+                    Token(
+                        id=tid,
+                        text=bytes_of.slice(b_start, b_stop),
+                        special=False,
+                        start=b_start,
+                        stop=b_stop,
+                    )
+                )
+            result.append(row)
+        return result
+
+    def decode(
+        self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True
+    ) -> list[str]:
+        try:
+            return list(
+                self._plain.decode_batch(
+                    [list(i) for i in ids], skip_special_tokens=skip_special_tokens
+                )
+            )
+        except Exception as e:
+            raise TokenizerError(str(e)) from e
+
+
+class _ByteOffsets:
+    """Char offset -> UTF-8 byte offset, as TEI reports offsets (Rust's tokenizers use bytes)."""
+
+    def __init__(self, text: str) -> None:
+        self.data = text.encode("utf-8")
+        self._prefix: list[int] | None = None
+        if not text.isascii():
+            prefix = [0]
+            for ch in text:
+                prefix.append(prefix[-1] + len(ch.encode("utf-8")))
+            self._prefix = prefix
+
+    def at(self, char_offset: int) -> int:
+        return char_offset if self._prefix is None else self._prefix[char_offset]
+
+    def slice(self, start: int, stop: int) -> str:
+        return self.data[start:stop].decode("utf-8", errors="replace")
