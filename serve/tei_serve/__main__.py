@@ -1,0 +1,7 @@
+"""`python -m tei_serve` is `tei-serve`."""
+
+import sys
+
+from tei_serve.cli import main
+
+sys.exit(main())

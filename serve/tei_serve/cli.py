@@ -1,0 +1,154 @@
+"""`tei-serve`: parse settings, resolve and load the model, warm it up, serve with uvicorn.
+
+uvicorn owns SIGTERM/SIGINT: it stops accepting, waits for every accepted request to be
+answered, then runs the app's shutdown (which drains the batch queue), and `main` exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+from tei_runtime.manifest import Task
+
+from tei_serve.app import Server, build_app
+from tei_serve.model import ModelLike
+from tei_serve.model_source import ModelSourceError, resolve
+from tei_serve.settings import Settings, SettingsError, load_settings
+
+log = logging.getLogger("tei_serve")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "timestamp": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "target": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(settings: Settings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.json_output:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level.upper())
+
+
+def check_limits(settings: Settings, model_max_length: int) -> None:
+    """TEI's rule: a model longer than --max-batch-tokens is cut down, or refused."""
+    if model_max_length <= settings.max_batch_tokens:
+        return
+    if not settings.auto_truncate:
+        raise SettingsError(
+            f"`max_input_length` must be smaller than `max_batch_tokens` when `auto_truncate` "
+            f"is disabled ({model_max_length} > {settings.max_batch_tokens})"
+        )
+    log.warning(
+        "max_input_length %d is larger than max_batch_tokens %d; inputs are truncated to %d",
+        model_max_length, settings.max_batch_tokens, settings.max_batch_tokens,
+    )
+
+
+def load_model(settings: Settings) -> tuple[ModelLike, str]:
+    import tei_runtime
+
+    artifact, model_id = resolve(
+        settings.model_id,
+        revision=settings.revision,
+        token=settings.hf_token,
+        cache_dir=settings.huggingface_hub_cache,
+        pooling=settings.pooling,
+    )
+    from tei_runtime.manifest import read_manifest
+
+    check_limits(settings, read_manifest(artifact).max_input_length)
+    model: ModelLike = tei_runtime.load(  # type: ignore[attr-defined,unused-ignore]
+        artifact,
+        device=settings.device,
+        dtype=settings.dtype or "auto",
+        intra_op_threads=settings.intra_op_threads,
+        max_batch_tokens=settings.max_batch_tokens,
+        cache_dir=None,
+    )
+    return model, model_id
+
+
+def warm_up(model: ModelLike, settings: Settings) -> None:
+    """One full batch, as TEI does: max_batch_tokens split into max_input_length sequences."""
+    length = min(model.max_input_length, settings.max_batch_tokens)
+    count = max(1, settings.max_batch_tokens // max(1, length))
+    if settings.max_batch_requests is not None:
+        count = min(count, settings.max_batch_requests)
+    encodings = model.encode(["warm up " * length] * count, truncate=True)
+    task = model.manifest.task
+    if task in (Task.CLASSIFY, Task.RERANK):
+        model.forward_logits(encodings)
+    elif task is Task.SPARSE:
+        model.forward_sparse(encodings)
+    else:
+        model.forward_embed(encodings)
+
+
+def uvicorn_config(server: Server) -> uvicorn.Config:
+    s = server.settings
+    return uvicorn.Config(
+        build_app(server),
+        host=s.hostname,
+        port=s.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        backlog=max(2048, s.max_concurrent_requests * 2),
+    )
+
+
+def serve(server: Server) -> bool:
+    """Serve until SIGTERM/SIGINT; False when the server could not start."""
+    uv = uvicorn.Server(uvicorn_config(server))
+    uv.run()
+    return bool(uv.started)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = load_settings(argv)
+    except SettingsError as e:
+        print(f"tei-serve: {e}", file=sys.stderr)
+        return 2
+    configure_logging(settings)
+    log.info("args: %r", settings)
+    try:
+        model, model_id = load_model(settings)
+    except (ModelSourceError, SettingsError) as e:
+        log.error("%s", e)
+        return 1
+    warm_up(model, settings)
+    server = Server(settings=settings, model=model, model_id=model_id)
+    log.info(
+        "ready: model=%s task=%s provider=%s variant=%s max_input_length=%d "
+        "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
+        "max_client_batch_size=%d listening on %s:%d",
+        model_id, model.manifest.task.value, model.provider,
+        getattr(model.precision, "value", model.precision), model.max_input_length,
+        settings.max_batch_tokens, settings.max_batch_requests,
+        settings.max_concurrent_requests, settings.max_client_batch_size,
+        settings.hostname, settings.port,
+    )
+    return 0 if serve(server) else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Admission, tokenization and queueing of one request's inputs.
+
+Admission: `max_concurrent_requests` permits, one per input, taken without waiting; when a
+request cannot take all of its permits it is answered 429 at once (TEI's `try_acquire`). The
+permits are held through tokenization, queue and inference.
+
+Tokenization runs on a pool of `tokenization_workers` threads, off the event loop, before the
+entries are queued, so the batcher holds token counts it can pack by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from tei_runtime import errors as rt_errors
+
+from tei_serve.errors import (
+    BackendError,
+    OverloadedError,
+    TeiError,
+    TokenizerError,
+    ValidationError,
+)
+from tei_serve.metrics import Metrics
+from tei_serve.model import EncodingLike, Input, ModelLike
+from tei_serve.worker import Op, Result, Worker
+
+
+def map_runtime_error(exc: BaseException) -> TeiError | None:
+    """The server error (status, error_type) for a runtime error; None if not one."""
+    err: TeiError
+    if isinstance(exc, rt_errors.ValidationError):
+        err = ValidationError(str(exc))
+    elif isinstance(exc, rt_errors.TokenizerError):
+        err = TokenizerError(str(exc))
+    elif isinstance(exc, rt_errors.BackendError):
+        err = BackendError(str(exc))
+    else:
+        return None
+    err.__cause__ = exc
+    return err
+
+
+@dataclass
+class Meta:
+    """Per-request figures behind the x-* headers and the duration histograms."""
+
+    start: float
+    chars: int = 0
+    tokens: int = 0
+    tokenization: float = 0.0
+    queue: float = 0.0
+    """average per input"""
+    inference: float = 0.0
+    """average per input"""
+    token_counts: list[int] = field(default_factory=list)
+
+
+class Permits:
+    """A counting semaphore that never waits."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.available = total
+
+    @contextmanager
+    def take(self, n: int) -> Iterator[None]:
+        if n > self.available:
+            raise OverloadedError()
+        self.available -= n
+        try:
+            yield
+        finally:
+            self.available += n
+
+
+class Infer:
+    def __init__(
+        self,
+        model: ModelLike,
+        worker: Worker,
+        metrics: Metrics,
+        *,
+        max_concurrent_requests: int,
+        tokenization_workers: int,
+        default_prompt_name: str | None = None,
+        default_prompt: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.model = model
+        self.worker = worker
+        self.metrics = metrics
+        self.permits = Permits(max_concurrent_requests)
+        self.pool = ThreadPoolExecutor(
+            max_workers=tokenization_workers, thread_name_prefix="tei-tokenizer"
+        )
+        self.default_prompt_name = default_prompt_name
+        self.default_prompt = default_prompt
+        self.clock = clock
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    async def off_loop(self, fn: Callable[[], object]) -> object:
+        """Run `fn` on the tokenizer pool (tokenize, decode, big JSON encodes)."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
+
+    async def tokenize(
+        self,
+        inputs: Sequence[Input],
+        *,
+        truncate: bool,
+        truncation_direction: str,
+        prompt_name: str | None,
+        meta: Meta,
+        use_prompt: bool = True,
+    ) -> Sequence[EncodingLike]:
+        prompt: str | None = None
+        if use_prompt and prompt_name is None:
+            prompt_name = self.default_prompt_name
+            prompt = self.default_prompt if prompt_name is None else None
+        call = functools.partial(
+            self.model.encode,
+            inputs,
+            truncate=truncate,
+            truncation_direction=truncation_direction.lower(),
+            prompt_name=prompt_name if use_prompt else None,
+            prompt=prompt,
+        )
+        started = self.clock()
+        try:
+            encodings = await asyncio.get_running_loop().run_in_executor(self.pool, call)
+        except rt_errors.TeiRuntimeError as e:
+            mapped = map_runtime_error(e)
+            if mapped is None:
+                raise
+            raise mapped from e
+        meta.tokenization = self.clock() - started
+        for inp in inputs:
+            if isinstance(inp, str):
+                meta.chars += len(inp)
+            elif isinstance(inp, tuple):
+                meta.chars += len(inp[0]) + len(inp[1])
+            else:
+                meta.chars += len(inp)
+        for enc in encodings:
+            n = len(enc)
+            meta.tokens += n
+            meta.token_counts.append(n)
+            self.metrics.input_length.observe(n)
+        return encodings
+
+    async def run(
+        self,
+        inputs: Sequence[Input],
+        op: Op,
+        *,
+        truncate: bool,
+        truncation_direction: str = "right",
+        prompt_name: str | None = None,
+        meta: Meta,
+        use_prompt: bool = True,
+    ) -> list[Result]:
+        """Admit, tokenize, queue and await every input of one request."""
+        with self.permits.take(len(inputs)):
+            encodings = await self.tokenize(
+                inputs,
+                truncate=truncate,
+                truncation_direction=truncation_direction,
+                prompt_name=prompt_name,
+                meta=meta,
+                use_prompt=use_prompt,
+            )
+            futures = [self.worker.submit(enc, op) for enc in encodings]
+            try:
+                results = list(await asyncio.gather(*futures))
+            finally:
+                # On error or cancellation (client gone), the batcher drops what is left.
+                for f in futures:
+                    f.cancel()
+        n = len(results)
+        meta.queue = sum(r.queue_time for r in results) / n
+        meta.inference = sum(r.inference_time for r in results) / n
+        return results

@@ -1,0 +1,108 @@
+"""Prometheus metrics with TEI's names, labels and buckets (`router/src/prometheus.rs`).
+
+TEI's exporter writes counters under their plain name (`te_request_count`, no `_total`), which
+prometheus-client cannot do, so counters are kept here and rendered by hand beside the
+registry's histograms and gauges. Everything is updated from the event loop thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+DURATION_BUCKETS = tuple(1e-5 * 1.5**k for k in range(1, 36))
+BATCH_SIZE_BUCKETS = tuple(float(2**k) for k in range(13))
+BATCH_TOKENS_BUCKETS = tuple(float(2**k) for k in range(21))
+
+_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "te_request_count": ("Requests received", ("method",)),
+    "te_request_success": ("Requests answered successfully", ("method",)),
+    "te_request_failure": ("Requests that failed", ("err",)),
+    "te_embed_count": ("Embed inputs received", ()),
+    "te_embed_success": ("Embed inputs answered", ()),
+    "te_predict_count": ("Predict inputs received", ()),
+    "te_predict_success": ("Predict inputs answered", ()),
+}
+
+
+class Metrics:
+    def __init__(self, max_input_length: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._counters: dict[str, dict[tuple[str, ...], float]] = {
+            name: defaultdict(float) for name in _COUNTERS
+        }
+        r = self.registry
+
+        def duration(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, buckets=DURATION_BUCKETS, registry=r)
+
+        self.request_duration = duration("te_request_duration", "Request duration")
+        self.request_tokenization = duration(
+            "te_request_tokenization_duration", "Tokenization duration per request"
+        )
+        self.request_queue = duration("te_request_queue_duration", "Queue duration per request")
+        self.request_inference = duration(
+            "te_request_inference_duration", "Inference duration per request"
+        )
+        self.embed_duration = duration("te_embed_duration", "Embed duration")
+        self.embed_tokenization = duration("te_embed_tokenization_duration", "Embed tokenization")
+        self.embed_queue = duration("te_embed_queue_duration", "Embed queue time")
+        self.embed_inference = duration("te_embed_inference_duration", "Embed inference time")
+        self.predict_duration = duration("te_predict_duration", "Predict duration")
+        self.predict_tokenization = duration(
+            "te_predict_tokenization_duration", "Predict tokenization"
+        )
+        self.predict_queue = duration("te_predict_queue_duration", "Predict queue time")
+        self.predict_inference = duration("te_predict_inference_duration", "Predict inference")
+        length_buckets = tuple(float(2**k) for k in range(20) if 2**k <= max_input_length)
+        self.input_length = Histogram(
+            "te_request_input_length", "Input length in tokens",
+            buckets=length_buckets or (1.0,), registry=r,
+        )
+        self.queue_size = Gauge("te_queue_size", "Entries waiting in the queue", registry=r)
+        self.batch_next_size = Histogram(
+            "te_batch_next_size", "Entries per batch", buckets=BATCH_SIZE_BUCKETS, registry=r
+        )
+        self.batch_next_tokens = Histogram(
+            "te_batch_next_tokens", "Padded tokens per batch",
+            buckets=BATCH_TOKENS_BUCKETS, registry=r,
+        )
+
+    def inc(self, name: str, *labels: str, by: float = 1.0) -> None:
+        with self._lock:
+            self._counters[name][labels] += by
+
+    def failure(self, err: str) -> None:
+        self.inc("te_request_failure", err)
+
+    def counter_value(self, name: str, *labels: str) -> float:
+        with self._lock:
+            return self._counters[name].get(labels, 0.0)
+
+    def render(self) -> bytes:
+        lines: list[str] = []
+        with self._lock:
+            for name, (doc, label_names) in _COUNTERS.items():
+                values = self._counters[name]
+                if not values:
+                    continue
+                lines.append(f"# HELP {name} {doc}")
+                lines.append(f"# TYPE {name} counter")
+                for labels, value in sorted(values.items()):
+                    if label_names:
+                        inner = ",".join(
+                            f'{k}="{v}"' for k, v in zip(label_names, labels, strict=True)
+                        )
+                        lines.append(f"{name}{{{inner}}} {value:g}")
+                    else:
+                        lines.append(f"{name} {value:g}")
+        text = "\n".join(lines) + ("\n" if lines else "")
+        return text.encode() + prometheus_client.generate_latest(self.registry)

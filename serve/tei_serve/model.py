@@ -1,0 +1,76 @@
+"""What the server needs from a loaded model: the structural type of `tei_runtime.Model`.
+
+Typing against a Protocol keeps the server testable with a fake model and documents the
+exact surface of the runtime it relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+from tei_runtime.manifest import Manifest
+
+Input = str | tuple[str, str] | Sequence[int]
+Array = npt.NDArray[np.float32]
+
+
+class EncodingLike(Protocol):
+    @property
+    def ids(self) -> Sequence[int]: ...
+
+    def __len__(self) -> int: ...
+
+
+class TokenLike(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def special(self) -> bool: ...
+    @property
+    def start(self) -> int | None: ...
+    @property
+    def stop(self) -> int | None: ...
+
+
+class ModelLike(Protocol):
+    @property
+    def manifest(self) -> Manifest: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def precision(self) -> Any: ...
+    @property
+    def max_input_length(self) -> int: ...
+
+    def encode(
+        self,
+        inputs: Sequence[Input],
+        *,
+        truncate: bool = True,
+        truncation_direction: str = "right",
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        add_special_tokens: bool = True,
+    ) -> Sequence[EncodingLike]: ...
+
+    def forward_embed(self, batch: Sequence[EncodingLike]) -> Array: ...
+    def forward_tokens(self, batch: Sequence[EncodingLike]) -> Sequence[Array]: ...
+    def forward_sparse(self, batch: Sequence[EncodingLike]) -> Array: ...
+    def forward_logits(self, batch: Sequence[EncodingLike]) -> Array: ...
+
+    def tokenize(
+        self,
+        inputs: Sequence[str],
+        *,
+        add_special_tokens: bool = True,
+        prompt_name: str | None = None,
+    ) -> Sequence[Sequence[TokenLike]]: ...
+
+    def decode(
+        self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True
+    ) -> Sequence[str]: ...

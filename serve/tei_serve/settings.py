@@ -1,0 +1,257 @@
+"""Server settings: every flag of TEI's `text-embeddings-router`, same names, env vars, defaults.
+
+Each option is declared once in `_OPTIONS` (flag, type, default, doc); the env var is the
+UPPER_SNAKE form of the flag, as clap's `#[clap(long, env)]` makes it. Precedence is TEI's:
+command line, then environment, then default. Secrets are redacted in `repr`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+log = logging.getLogger("tei_serve")
+
+_SECRETS = frozenset({"hf_token", "api_key"})
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
+
+
+class SettingsError(ValueError):
+    """A flag or env var has a value the server cannot start with."""
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    model_id: str | None = None
+    revision: str | None = None
+    tokenization_workers: int | None = None
+    dtype: str | None = None
+    served_model_name: str | None = None
+    pooling: str | None = None
+    max_concurrent_requests: int = 512
+    max_batch_tokens: int = 16384
+    max_batch_requests: int | None = None
+    max_client_batch_size: int = 32
+    auto_truncate: bool = True
+    default_prompt_name: str | None = None
+    default_prompt: str | None = None
+    dense_path: str | None = None
+    hf_token: str | None = None
+    hostname: str = "0.0.0.0"
+    port: int = 3000
+    uds_path: str = "/tmp/text-embeddings-inference-server"
+    huggingface_hub_cache: str | None = None
+    payload_limit: int = 2_000_000
+    api_key: str | None = None
+    json_output: bool = False
+    disable_spans: bool = False
+    otlp_endpoint: str | None = None
+    otlp_service_name: str = "text-embeddings-inference.server"
+    prometheus_port: int = 9000
+    cors_allow_origin: tuple[str, ...] | None = None
+    # ours
+    device: str = "auto"
+    intra_op_threads: int | None = None
+    max_queue_wait_ms: float = 50.0
+    log_level: str = "info"
+
+    def __repr__(self) -> str:
+        parts = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if name in _SECRETS and value is not None:
+                value = "<redacted>"
+            parts.append(f"{name}={value!r}")
+        return f"Settings({', '.join(parts)})"
+
+    __str__ = __repr__
+
+    def effective_tokenization_workers(self) -> int:
+        if self.tokenization_workers is not None:
+            return self.tokenization_workers
+        return max(1, min(64, (_cpu_count() - 1)))
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def parse_bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
+
+
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def _port(value: str) -> int:
+    n = int(value)
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {n}")
+    return n
+
+
+def _pooling(value: str) -> str:
+    v = value.strip().lower().replace("_", "-")
+    if v not in {"cls", "mean", "splade", "last-token"}:
+        raise argparse.ArgumentTypeError("pooling must be one of cls, mean, splade, last-token")
+    return v
+
+
+def _dtype(value: str) -> str:
+    v = value.strip().lower()
+    aliases = {"fp32": "float32", "fp16": "float16", "qint8": "int8", "float": "float32"}
+    v = aliases.get(v, v)
+    if v not in {"float32", "float16", "int8", "auto"}:
+        raise argparse.ArgumentTypeError("dtype must be one of float32, float16, int8")
+    return v
+
+
+@dataclass(frozen=True)
+class _Option:
+    flag: str
+    kind: Callable[[str], Any] | None
+    """Value parser; None for a presence flag (`--json-output`)."""
+    doc: str
+    aliases: tuple[str, ...] = ()
+    optional_value: bool = False
+    """`--auto-truncate` takes an optional value, like clap's num_args 0..=1."""
+    multiple: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return self.dest.upper()
+
+
+_OPTIONS: tuple[_Option, ...] = (
+    _Option("--model-id", str, "Artifact folder, checkpoint folder or hub id (exported on first "
+            "start). Default: the bundled all-MiniLM-L6-v2."),
+    _Option("--revision", str, "Hub revision (branch, tag or commit) of --model-id."),
+    _Option("--tokenization-workers", _positive_int,
+            "Tokenizer threads. Default: CPU cores - 1, clamped to 1..64."),
+    _Option("--dtype", _dtype, "Variant to load: float32, float16 or int8."),
+    _Option("--served-model-name", str, "Name returned in OpenAI responses. Default: model id."),
+    _Option("--pooling", _pooling, "Override pooling when exporting: cls, mean, splade, "
+            "last-token."),
+    _Option("--max-concurrent-requests", _positive_int,
+            "Admission permits (one per input); none left answers 429."),
+    _Option("--max-batch-tokens", _positive_int,
+            "Token budget of one batch, counted as padded cost (longest x count)."),
+    _Option("--max-batch-requests", _positive_int, "Most entries in one batch."),
+    _Option("--max-client-batch-size", _positive_int, "Most inputs in one request."),
+    _Option("--auto-truncate", parse_bool, "Default for per-request `truncate`.",
+            optional_value=True),
+    _Option("--default-prompt-name", str, "Prompt name applied when a request names none."),
+    _Option("--default-prompt", str, "Raw prompt prefix applied when a request names none."),
+    _Option("--dense-path", str, "Accepted for compatibility; Dense layers are in the graph."),
+    _Option("--hf-token", str, "Hugging Face token (secret).", aliases=("--hf-api-token",)),
+    _Option("--hostname", str, "IP address to listen on."),
+    _Option("--port", _port, "Port to listen on.", aliases=("-p",)),
+    _Option("--uds-path", str, "Accepted for compatibility; unused."),
+    _Option("--huggingface-hub-cache", str, "Hub cache; exported artifacts go in "
+            "<cache>/tei-onnx/."),
+    _Option("--payload-limit", _positive_int, "Largest request body in bytes (413 above)."),
+    _Option("--api-key", str, "Require `Authorization: Bearer <key>` (secret)."),
+    _Option("--json-output", None, "Log JSON lines."),
+    _Option("--disable-spans", None, "Accepted for compatibility."),
+    _Option("--otlp-endpoint", str, "Accepted for compatibility; tracing is not exported."),
+    _Option("--otlp-service-name", str, "Accepted for compatibility."),
+    _Option("--prometheus-port", _port, "Accepted for compatibility; metrics are on /metrics."),
+    _Option("--cors-allow-origin", str, "Allowed CORS origins (repeat or comma-separate). "
+            "Default: any.", multiple=True),
+    _Option("--device", str, "Execution provider: auto, cpu, cuda, tensorrt, rocm, openvino.",
+            aliases=("--providers",)),
+    _Option("--intra-op-threads", _positive_int, "ONNX Runtime intra-op threads."),
+    _Option("--max-queue-wait-ms", float, "Longest an entry waits before batches are packed "
+            "strictly first-come first-served."),
+    _Option("--log-level", str, "Log level (also LOG_LEVEL)."),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tei-serve",
+        description="Text Embeddings Inference, served from ONNX Runtime. Every flag also "
+        "reads the env var of the same name in UPPER_SNAKE case.",
+        argument_default=argparse.SUPPRESS,
+    )
+    defaults = Settings()
+    for opt in _OPTIONS:
+        default = getattr(defaults, opt.dest)
+        help_text = f"{opt.doc} [env: {opt.env}]"
+        if default is not None and opt.kind is not None:
+            help_text += f" [default: {default}]"
+        names = [opt.flag, *opt.aliases]
+        if opt.kind is None:
+            parser.add_argument(*names, dest=opt.dest, action="store_true", help=help_text)
+        elif opt.optional_value:
+            parser.add_argument(*names, dest=opt.dest, nargs="?", const=True, type=opt.kind,
+                                help=help_text)
+        elif opt.multiple:
+            parser.add_argument(*names, dest=opt.dest, nargs="+", action="extend",
+                                type=opt.kind, help=help_text)
+        else:
+            parser.add_argument(*names, dest=opt.dest, type=opt.kind, help=help_text)
+    return parser
+
+
+def _from_env(opt: _Option, raw: str) -> Any:
+    try:
+        if opt.kind is None:
+            return parse_bool(raw)
+        if opt.multiple:
+            return [opt.kind(v.strip()) for v in raw.split(",") if v.strip()]
+        return opt.kind(raw)
+    except (argparse.ArgumentTypeError, ValueError) as e:
+        raise SettingsError(f"env {opt.env}={raw!r}: {e}") from e
+
+
+def load_settings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Parse `argv` (default: sys.argv[1:]) over `env` (default: os.environ)."""
+    env = os.environ if env is None else env
+    args = vars(build_parser().parse_args(argv))
+    values: dict[str, Any] = {}
+    for opt in _OPTIONS:
+        if opt.dest in args:
+            values[opt.dest] = args[opt.dest]
+        elif opt.env in env:
+            values[opt.dest] = _from_env(opt, env[opt.env])
+        elif opt.dest == "hf_token" and "HF_API_TOKEN" in env:
+            values[opt.dest] = env["HF_API_TOKEN"]
+    if "cors_allow_origin" in values:
+        values["cors_allow_origin"] = tuple(values["cors_allow_origin"])
+    if values.get("default_prompt_name") and values.get("default_prompt"):
+        raise SettingsError("--default-prompt-name and --default-prompt cannot both be set")
+    hostname = values.get("hostname")
+    if hostname is not None:
+        try:
+            ipaddress.ip_address(hostname)
+        except ValueError:
+            # Docker sets HOSTNAME to the container id; TEI warns and listens everywhere.
+            log.warning("invalid hostname %r, defaulting to 0.0.0.0", hostname)
+            values["hostname"] = "0.0.0.0"
+    return msgspec.convert(values, Settings)

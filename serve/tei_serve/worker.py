@@ -1,0 +1,201 @@
+"""The batching loop: batcher -> model (on its own thread) -> futures.
+
+Two tasks share one slot. The producer waits (on an Event, never a timer) until the slot is
+free and entries are waiting, takes the next batch from the batcher and puts it in the slot:
+that is the one prefetched batch, formed while the model runs the current one. The runner
+takes the batch from the slot, runs it on the model's single-thread executor and resolves the
+entries' futures. A failing batch fails only its own requests (424) and marks the backend
+unhealthy until a batch or a health probe succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from tei_serve.batcher import Batch, Batcher, Entry
+from tei_serve.errors import BackendError, UnhealthyError
+from tei_serve.metrics import Metrics
+from tei_serve.model import Array, EncodingLike, ModelLike
+
+log = logging.getLogger("tei_serve")
+
+
+class Op(enum.Enum):
+    EMBED = "embed"
+    """pooled vector per input (forward_embed)"""
+    TOKENS = "tokens"
+    """one vector per token (forward_tokens)"""
+    SPARSE = "sparse"
+    """vocabulary-sized SPLADE vector (forward_sparse)"""
+    LOGITS = "logits"
+    """classifier / reranker head (forward_logits)"""
+
+
+@dataclass(frozen=True)
+class Result:
+    value: Array
+    queue_time: float
+    inference_time: float
+
+
+@dataclass(frozen=True)
+class Job:
+    encoding: EncodingLike
+    future: asyncio.Future[Result]
+
+
+class Worker:
+    def __init__(
+        self,
+        model: ModelLike,
+        *,
+        max_batch_tokens: int,
+        max_batch_requests: int | None,
+        max_wait: float,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.clock = clock
+        self.batcher: Batcher[Job] = Batcher(
+            max_batch_tokens=max_batch_tokens,
+            max_batch_requests=max_batch_requests,
+            max_wait=max_wait,
+            clock=clock,
+        )
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tei-model")
+        self.healthy = True
+        self._wake = asyncio.Event()
+        self._slot: Batch[Job] | None = None
+        self._slot_filled = asyncio.Event()
+        self._slot_free = asyncio.Event()
+        self._slot_free.set()
+        self._closing = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- public --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._produce(), name="tei-batcher"),
+            asyncio.create_task(self._run(), name="tei-runner"),
+        ]
+
+    def submit(self, encoding: EncodingLike, op: Op) -> asyncio.Future[Result]:
+        if self._closing:
+            raise UnhealthyError("server is shutting down")
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self.batcher.push(
+            Job(encoding, future), length=len(encoding), kind=op, is_dropped=future.done
+        )
+        self.metrics.queue_size.set(len(self.batcher))
+        self._wake.set()
+        return future
+
+    async def stop(self) -> None:
+        """Finish every accepted entry, then end both tasks."""
+        self._closing = True
+        self._wake.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks)
+        self.executor.shutdown(wait=True)
+
+    async def probe(self, op: Op) -> None:
+        """One tiny forward on the model thread; clears the unhealthy flag when it works."""
+        loop = asyncio.get_running_loop()
+        enc = (await loop.run_in_executor(self.executor, self._encode_probe))[0]
+        try:
+            await loop.run_in_executor(self.executor, self._forward, op, [enc])
+        except Exception as e:
+            self.healthy = False
+            raise UnhealthyError() from e
+        self.healthy = True
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    async def _produce(self) -> None:
+        while True:
+            await self._slot_free.wait()
+            if not len(self.batcher):
+                if self._closing:
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            taken = self.batcher.next_batch()
+            self._count_dropped(taken.dropped)
+            self.metrics.queue_size.set(len(self.batcher))
+            if taken.batch is None:
+                continue
+            self.metrics.batch_next_size.observe(len(taken.batch))
+            self.metrics.batch_next_tokens.observe(taken.batch.padded_tokens)
+            self._slot = taken.batch
+            self._slot_free.clear()
+            self._slot_filled.set()
+        self._slot = None
+        self._slot_free.clear()
+        self._slot_filled.set()  # wakes the runner with an empty slot: the end
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._slot_filled.wait()
+            batch, self._slot = self._slot, None
+            self._slot_filled.clear()
+            if batch is None:
+                return
+            self._slot_free.set()
+            entries = [e for e in batch.entries if not e.payload.future.done()]
+            self._count_dropped([e for e in batch.entries if e.payload.future.done()])
+            if not entries:
+                continue
+            started = self.clock()
+            try:
+                values = await loop.run_in_executor(
+                    self.executor, self._forward, batch.kind, [e.payload.encoding for e in entries]
+                )
+            except Exception as e:
+                # A failed batch fails its own requests only; the server lives on.
+                log.exception("backend failed on a batch of %d", len(entries))
+                self.healthy = False
+                err = BackendError(f"Backend error: {e}")
+                err.__cause__ = e
+                for entry in entries:
+                    if not entry.payload.future.done():
+                        entry.payload.future.set_exception(err)
+                continue
+            self.healthy = True
+            inference = self.clock() - started
+            for entry, value in zip(entries, values, strict=True):
+                future = entry.payload.future
+                if not future.done():
+                    future.set_result(Result(value, started - entry.enqueued_at, inference))
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _count_dropped(self, dropped: Sequence[Entry[Job]]) -> None:
+        if dropped:
+            self.metrics.inc("te_request_failure", "dropped", by=len(dropped))
+
+    def _encode_probe(self) -> Sequence[EncodingLike]:
+        return self.model.encode(["health"], truncate=True)
+
+    def _forward(self, kind: Any, encodings: Sequence[EncodingLike]) -> Sequence[Array]:
+        model = self.model
+        if kind is Op.EMBED:
+            return list(model.forward_embed(encodings))
+        if kind is Op.TOKENS:
+            return list(model.forward_tokens(encodings))
+        if kind is Op.SPARSE:
+            return list(model.forward_sparse(encodings))
+        if kind is Op.LOGITS:
+            return list(model.forward_logits(encodings))
+        raise AssertionError(f"unknown op {kind!r}")

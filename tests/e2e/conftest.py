@@ -1,0 +1,92 @@
+"""E2E fixtures: the real app on uvicorn over loopback, in a thread, with a fake model.
+
+`serve(task=..., **settings)` starts a server on a free port and returns a handle with an
+httpx client; every server is stopped at the end of the test. Tests marked `slow` use the
+lead's real artifacts (tests/conftest.py) through `tei_runtime.load`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fake_model import FakeModel, write_tokenizer  # noqa: E402
+
+from tei_runtime.manifest import Task  # noqa: E402
+from tei_serve.app import Server  # noqa: E402
+from tei_serve.cli import uvicorn_config  # noqa: E402
+from tei_serve.model import ModelLike  # noqa: E402
+from tei_serve.settings import Settings  # noqa: E402
+
+
+@dataclass
+class Running:
+    server: Server
+    uv: uvicorn.Server
+    thread: threading.Thread
+    url: str
+    client: httpx.Client
+
+    @property
+    def model(self) -> Any:
+        return self.server.model
+
+    def stop(self) -> None:
+        self.client.close()
+        self.uv.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def start(model: ModelLike, **settings: Any) -> Running:
+    settings.setdefault("hostname", "127.0.0.1")
+    settings.setdefault("port", 0)
+    settings.setdefault("tokenization_workers", 2)
+    server = Server(settings=Settings(**settings), model=model,
+                    model_id=model.manifest.source.model_id)
+    uv = uvicorn.Server(uvicorn_config(server))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    while not uv.started:
+        if not thread.is_alive():
+            raise RuntimeError("server did not start")
+        threading.Event().wait(0.01)
+    port = uv.servers[0].sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    return Running(server, uv, thread, url, httpx.Client(base_url=url, timeout=30))
+
+
+@pytest.fixture(scope="session")
+def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+@pytest.fixture
+def serve(tokenizer_json: Path) -> Iterator[Callable[..., Running]]:
+    running: list[Running] = []
+
+    def factory(task: Task = Task.EMBED, *, max_input_length: int = 32,
+                **settings: Any) -> Running:
+        model = FakeModel(tokenizer_json, task, max_input_length=max_input_length)
+        r = start(model, **settings)
+        running.append(r)
+        return r
+
+    yield factory
+    for r in running:
+        r.model.gate.set()
+        r.stop()
+
+
+@pytest.fixture
+def embed_server(serve: Callable[..., Running]) -> Running:
+    return serve(Task.EMBED)
