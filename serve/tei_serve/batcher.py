@@ -12,7 +12,7 @@ Choice of entries, in order:
    so an entry is served within as many batches as there are entries ahead of it: none starves.
 3. While the anchor has waited less than `max_wait`, the other entries are chosen by length:
    among the waiting entries of that kind sorted by length, the contiguous run around the anchor
-   that holds the most entries within budget (ties go to the shorter run, which pads less).
+   that holds the most entries within budget (ties go to the run that pads least).
    Sorting by length cuts padding, which is the cost of a dense batch.
 4. Once the anchor has waited `max_wait` or more (a backlog), batches are packed strictly first
    come, first served, as TEI does, so the backlog drains in arrival order.
@@ -162,9 +162,11 @@ class Batcher(Generic[P]):
         lengths = [e.length for e in ordered]
         a = ordered.index(anchor)
         cap = self._cap()
-        best_i, best_j = a, a
+        prefix = list(itertools.accumulate(lengths, initial=0))
+        best_i, best_j, best_key = a, a, (1, -0)
         # j is the longest entry of the run (its length is the padded length); the run is
-        # [i, j] with i <= a <= j, as many entries as fit before j.
+        # [i, j] with i <= a <= j and as many entries as fit before j. Most entries wins;
+        # among those, the least padding (max_len x n - real tokens).
         for j in range(a, len(ordered)):
             fit = min(self.max_batch_tokens // lengths[j], cap)
             if fit < 1:
@@ -172,6 +174,8 @@ class Batcher(Generic[P]):
             i = max(0, j - fit + 1)
             if i > a:
                 break  # the run can no longer include the anchor; longer j only fit fewer
-            if j - i > best_j - best_i:
-                best_i, best_j = i, j
+            n = j - i + 1
+            key = (n, -(lengths[j] * n - (prefix[j + 1] - prefix[i])))
+            if key > best_key or (best_i, best_j) == (a, a):
+                best_i, best_j, best_key = i, j, key
         return ordered[best_i : best_j + 1]

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 
 import uvicorn
-from tei_runtime.manifest import Task
+from tei_runtime.errors import ProviderError
+from tei_runtime.manifest import ManifestError, Task
 
 from tei_serve.app import Server, build_app
 from tei_serve.model import ModelLike
@@ -74,7 +75,7 @@ def load_model(settings: Settings) -> tuple[ModelLike, str]:
     from tei_runtime.manifest import read_manifest
 
     check_limits(settings, read_manifest(artifact).max_input_length)
-    model: ModelLike = tei_runtime.load(  # type: ignore[attr-defined,unused-ignore]
+    model: ModelLike = tei_runtime.load(
         artifact,
         device=settings.device,
         dtype=settings.dtype or "auto",
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("args: %r", settings)
     try:
         model, model_id = load_model(settings)
-    except (ModelSourceError, SettingsError) as e:
+    except (ModelSourceError, SettingsError, ManifestError, ProviderError) as e:
         log.error("%s", e)
         return 1
     warm_up(model, settings)

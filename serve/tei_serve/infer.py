@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tei_runtime import errors as rt_errors
+from tei_runtime.data import Encoding
 
 from tei_serve.errors import (
     BackendError,
@@ -28,7 +29,7 @@ from tei_serve.errors import (
     ValidationError,
 )
 from tei_serve.metrics import Metrics
-from tei_serve.model import EncodingLike, Input, ModelLike
+from tei_serve.model import Direction, Input, ModelLike
 from tei_serve.worker import Op, Result, Worker
 
 
@@ -45,6 +46,10 @@ def map_runtime_error(exc: BaseException) -> TeiError | None:
         return None
     err.__cause__ = exc
     return err
+
+
+def direction_of(value: str) -> Direction:
+    return "left" if value.lower() == "left" else "right"
 
 
 @dataclass
@@ -120,7 +125,7 @@ class Infer:
         prompt_name: str | None,
         meta: Meta,
         use_prompt: bool = True,
-    ) -> Sequence[EncodingLike]:
+    ) -> Sequence[Encoding]:
         prompt: str | None = None
         if use_prompt and prompt_name is None:
             prompt_name = self.default_prompt_name
@@ -129,7 +134,7 @@ class Infer:
             self.model.encode,
             inputs,
             truncate=truncate,
-            truncation_direction=truncation_direction.lower(),
+            truncation_direction=direction_of(truncation_direction),
             prompt_name=prompt_name if use_prompt else None,
             prompt=prompt,
         )

@@ -7,34 +7,16 @@ exact surface of the runtime it relies on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import Manifest
 
 Input = str | tuple[str, str] | Sequence[int]
+Direction = Literal["left", "right"]
 Array = npt.NDArray[np.float32]
-
-
-class EncodingLike(Protocol):
-    @property
-    def ids(self) -> Sequence[int]: ...
-
-    def __len__(self) -> int: ...
-
-
-class TokenLike(Protocol):
-    @property
-    def id(self) -> int: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def special(self) -> bool: ...
-    @property
-    def start(self) -> int | None: ...
-    @property
-    def stop(self) -> int | None: ...
 
 
 class ModelLike(Protocol):
@@ -52,24 +34,24 @@ class ModelLike(Protocol):
         inputs: Sequence[Input],
         *,
         truncate: bool = True,
-        truncation_direction: str = "right",
+        truncation_direction: Direction = "right",
         prompt_name: str | None = None,
         prompt: str | None = None,
         add_special_tokens: bool = True,
-    ) -> Sequence[EncodingLike]: ...
+    ) -> Sequence[Encoding]: ...
 
-    def forward_embed(self, batch: Sequence[EncodingLike]) -> Array: ...
-    def forward_tokens(self, batch: Sequence[EncodingLike]) -> Sequence[Array]: ...
-    def forward_sparse(self, batch: Sequence[EncodingLike]) -> Array: ...
-    def forward_logits(self, batch: Sequence[EncodingLike]) -> Array: ...
+    def forward_embed(self, batch: Sequence[Encoding]) -> Array: ...
+    def forward_tokens(self, batch: Sequence[Encoding]) -> Sequence[Array]: ...
+    def forward_sparse(self, batch: Sequence[Encoding]) -> Array: ...
+    def forward_logits(self, batch: Sequence[Encoding]) -> Array: ...
 
     def tokenize(
         self,
-        inputs: Sequence[str],
+        inputs: Sequence[str | tuple[str, str]],
         *,
         add_special_tokens: bool = True,
         prompt_name: str | None = None,
-    ) -> Sequence[Sequence[TokenLike]]: ...
+    ) -> Sequence[Sequence[Token]]: ...
 
     def decode(
         self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True

@@ -19,10 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from tei_runtime.data import Encoding
+
 from tei_serve.batcher import Batch, Batcher, Entry
 from tei_serve.errors import BackendError, UnhealthyError
 from tei_serve.metrics import Metrics
-from tei_serve.model import Array, EncodingLike, ModelLike
+from tei_serve.model import Array, ModelLike
 
 log = logging.getLogger("tei_serve")
 
@@ -47,7 +49,7 @@ class Result:
 
 @dataclass(frozen=True)
 class Job:
-    encoding: EncodingLike
+    encoding: Encoding
     future: asyncio.Future[Result]
 
 
@@ -89,7 +91,7 @@ class Worker:
             asyncio.create_task(self._run(), name="tei-runner"),
         ]
 
-    def submit(self, encoding: EncodingLike, op: Op) -> asyncio.Future[Result]:
+    def submit(self, encoding: Encoding, op: Op) -> asyncio.Future[Result]:
         if self._closing:
             raise UnhealthyError("server is shutting down")
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
@@ -185,10 +187,10 @@ class Worker:
         if dropped:
             self.metrics.inc("te_request_failure", "dropped", by=len(dropped))
 
-    def _encode_probe(self) -> Sequence[EncodingLike]:
+    def _encode_probe(self) -> Sequence[Encoding]:
         return self.model.encode(["health"], truncate=True)
 
-    def _forward(self, kind: Any, encodings: Sequence[EncodingLike]) -> Sequence[Array]:
+    def _forward(self, kind: Any, encodings: Sequence[Encoding]) -> Sequence[Array]:
         model = self.model
         if kind is Op.EMBED:
             return list(model.forward_embed(encodings))

@@ -20,13 +20,12 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_model import FakeModel, write_tokenizer  # noqa: E402
-
-from tei_runtime.manifest import Task  # noqa: E402
-from tei_serve.app import Server  # noqa: E402
-from tei_serve.cli import uvicorn_config  # noqa: E402
-from tei_serve.model import ModelLike  # noqa: E402
-from tei_serve.settings import Settings  # noqa: E402
+from fake_model import FakeModel, write_tokenizer
+from tei_runtime.manifest import Task
+from tei_serve.app import Server
+from tei_serve.cli import uvicorn_config
+from tei_serve.model import ModelLike
+from tei_serve.settings import Settings
 
 
 @dataclass

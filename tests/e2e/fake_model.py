@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-
 from tei_runtime import errors as rt_errors
 from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import (
@@ -32,9 +31,11 @@ from tei_runtime.manifest import (
 from tei_runtime.tokenization import Tokenizer
 
 WORDS = (
-    "what is deep learning machine the a of and to in it for on with as was at by hello "
-    "world paris france capital city big small cat dog query passage warm up health good bad"
-).split()
+    "what", "is", "deep", "learning", "machine", "the", "a", "of", "and", "to", "in", "it",
+    "for", "on", "with", "as", "was", "at", "by", "hello", "world", "paris", "france",
+    "capital", "city", "big", "small", "cat", "dog", "query", "passage", "warm", "up", "health",
+    "good", "bad",
+)
 HIDDEN = 16
 
 

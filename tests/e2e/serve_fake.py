@@ -1,0 +1,22 @@
+"""Run the real CLI serving path (uvicorn in the main thread, its signal handlers) over the
+fake model: `python serve_fake.py TOKENIZER_JSON PORT DELAY_S`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fake_model import FakeModel  # noqa: E402
+
+from tei_serve.app import Server  # noqa: E402
+from tei_serve.cli import serve  # noqa: E402
+from tei_serve.settings import Settings  # noqa: E402
+
+model = FakeModel(Path(sys.argv[1]))
+model.delay = float(sys.argv[3])
+settings = Settings(hostname="127.0.0.1", port=int(sys.argv[2]), tokenization_workers=2)
+ok = serve(Server(settings=settings, model=model, model_id="fake/embed"))
+print("served" if ok else "failed", flush=True)
+sys.exit(0 if ok else 1)

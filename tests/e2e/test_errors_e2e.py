@@ -1,0 +1,126 @@
+"""Every error class, auth, CORS and the body limits over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+from conftest import Running
+
+from tei_runtime.manifest import Task
+
+
+def _err(r: httpx.Response, status: int, kind: str) -> str:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error_type"] == kind
+    return str(body["error"])
+
+
+def test_empty_400(embed_server: Running) -> None:
+    c = embed_server.client
+    assert "cannot be empty" in _err(c.post("/embed", json={"inputs": []}), 400, "Empty")
+    _err(c.post("/embed", json={"inputs": ""}), 400, "Empty")
+    _err(c.post("/similarity", json={"inputs": {"source_sentence": "a", "sentences": []}}),
+         400, "Empty")
+    _err(c.post("/decode", json={"ids": []}), 400, "Empty")
+    _err(c.post("/tokenize", json={"inputs": []}), 400, "Empty")
+
+
+def test_validation_422(embed_server: Running) -> None:
+    c = embed_server.client
+    msg = _err(c.post("/embed", json={"inputs": ["a"] * 33}), 422, "Validation")
+    assert msg == "batch size 33 > maximum allowed batch size 32"
+    _err(c.post("/embed", json={"inputs": "a", "dimensions": 0}), 422, "Validation")
+    _err(c.post("/embed", json={"inputs": "a", "dimensions": 999}), 422, "Validation")
+    _err(c.post("/embed", json={"inputs": "a", "prompt_name": "nope"}), 422, "Validation")
+    _err(c.post("/embed", json={"inputs": [99999]}), 422, "Validation")
+    _err(c.post("/embed", json={"truncate": True}), 422, "Validation")  # missing field
+    _err(c.post("/embed", json={"inputs": 5}), 422, "Validation")  # wrong type
+    _err(c.post("/embed", json={"inputs": "a", "normalize": "yes"}), 422, "Validation")
+    assert c.get("/metrics").text.count('te_request_failure{err="batch_size"} 1') == 1
+
+
+def test_openai_error_shape(embed_server: Running) -> None:
+    r = embed_server.client.post("/v1/embeddings", json={"input": ["a"] * 40})
+    assert r.status_code == 422
+    assert r.json() == {"message": "batch size 40 > maximum allowed batch size 32",
+                        "code": 422, "type": "Validation"}
+
+
+def test_model_type_424(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED)
+    _err(r.client.post("/predict", json={"inputs": "a"}), 424, "Backend")
+    _err(r.client.post("/rerank", json={"query": "a", "texts": ["b"]}), 424, "Backend")
+    _err(r.client.post("/embed_sparse", json={"inputs": "a"}), 424, "Backend")
+    c = serve(Task.CLASSIFY).client
+    _err(c.post("/embed", json={"inputs": "a"}), 424, "Backend")
+    _err(c.post("/rerank", json={"query": "a", "texts": ["b"]}), 424, "Backend")
+    s = serve(Task.SPARSE).client
+    _err(s.post("/embed_all", json={"inputs": "a"}), 424, "Backend")
+    _err(s.post("/embed", json={"inputs": "a"}), 424, "Backend")
+
+
+def test_rerank_empty_texts(serve: Callable[..., Running]) -> None:
+    c = serve(Task.RERANK).client
+    _err(c.post("/rerank", json={"query": "a", "texts": []}), 400, "Empty")
+
+
+def test_body_errors_are_json(serve: Callable[..., Running]) -> None:
+    c = serve(Task.EMBED, payload_limit=1000).client
+    _err(c.post("/embed", content=b"{not json", headers={"content-type": "application/json"}),
+         400, "Validation")
+    _err(c.post("/embed", content=b'{"inputs": "a"}'), 415, "Validation")
+    _err(c.post("/embed", content=b'{"inputs": "a"}', headers={"content-type": "text/plain"}),
+         415, "Validation")
+    big = {"inputs": "hello " * 400}
+    _err(c.post("/embed", json=big), 413, "Validation")
+    assert c.post("/embed", json={"inputs": "hello"}).status_code == 200
+
+
+def test_backend_failure_424_then_recovers(embed_server: Running) -> None:
+    c = embed_server.client
+    embed_server.model.fail_batches = 2  # the batch and the health probe
+    _err(c.post("/embed", json={"inputs": "a"}), 424, "Backend")
+    r = c.get("/health")
+    assert r.status_code == 503
+    assert r.json() == {"error": "unhealthy", "error_type": "Unhealthy"}
+    assert c.get("/health").status_code == 200  # the probe works again
+    assert c.post("/embed", json={"inputs": "a"}).status_code == 200
+    assert 'te_request_failure{err="inference"} 1' in c.get("/metrics").text
+
+
+def test_api_key(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED, api_key="s3cret")
+    c = r.client
+    no = c.post("/embed", json={"inputs": "a"})
+    assert no.status_code == 401 and no.content == b""
+    assert c.post("/embed", json={"inputs": "a"},
+                  headers={"authorization": "Bearer wrong"}).status_code == 401
+    ok = c.post("/embed", json={"inputs": "a"}, headers={"authorization": "Bearer s3cret"})
+    assert ok.status_code == 200
+    assert c.get("/info").status_code == 401
+    for path in ("/health", "/metrics", "/ping"):
+        assert c.get(path).status_code == 200, path
+
+
+@pytest.mark.parametrize("origins", [None, ("http://allowed.example",)])
+def test_cors(serve: Callable[..., Running], origins: tuple[str, ...] | None) -> None:
+    c = serve(Task.EMBED, cors_allow_origin=origins).client
+    pre = c.options("/embed", headers={"origin": "http://allowed.example",
+                                       "access-control-request-method": "POST",
+                                       "access-control-request-headers": "content-type"})
+    assert pre.status_code in (200, 204)
+    allowed = pre.headers["access-control-allow-origin"]
+    assert allowed in ("*", "http://allowed.example")
+    r = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://allowed.example"})
+    assert r.headers["access-control-allow-origin"] in ("*", "http://allowed.example")
+    if origins:
+        other = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_unknown_route_json(embed_server: Running) -> None:
+    r = embed_server.client.get("/nope")
+    assert r.status_code == 404 and "error" in r.json()

@@ -1,0 +1,186 @@
+"""Every route over real HTTP, for every model type."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from conftest import Running
+
+from tei_runtime.manifest import Task
+
+TIMING = ("x-compute-type", "x-compute-time", "x-compute-characters", "x-compute-tokens",
+          "x-total-time", "x-tokenization-time", "x-queue-time", "x-inference-time")
+
+
+def test_embed_single_and_batch(embed_server: Running) -> None:
+    c = embed_server.client
+    r = c.post("/embed", json={"inputs": "What is Deep Learning?"})
+    assert r.status_code == 200
+    single = r.json()
+    assert len(single) == 1 and len(single[0]) == 16
+    assert abs(np.linalg.norm(single[0]) - 1) < 1e-5
+    for h in TIMING:
+        assert h in r.headers
+    assert r.headers["x-compute-characters"] == "22"
+    assert r.headers["x-compute-tokens"] == "7"
+    batch = c.post("/embed", json={"inputs": ["What is Deep Learning?", "hello"]}).json()
+    assert len(batch) == 2
+    assert np.allclose(batch[0], single[0], atol=1e-6)
+
+
+def test_embed_options(embed_server: Running) -> None:
+    c = embed_server.client
+    raw = c.post("/embed", json={"inputs": "hello world", "normalize": False}).json()[0]
+    cut = c.post("/embed", json={"inputs": "hello world", "dimensions": 4}).json()[0]
+    assert len(cut) == 4
+    expect = np.asarray(raw[:4]) / np.linalg.norm(raw[:4])  # slice, then normalize
+    assert np.allclose(cut, expect, atol=1e-6)
+    ids = c.post("/tokenize", json={"inputs": "hello world"}).json()[0]
+    by_ids = c.post("/embed", json={"inputs": [t["id"] for t in ids], "normalize": False})
+    assert np.allclose(by_ids.json()[0], raw, atol=1e-6)
+    # unknown fields are accepted, as TEI does
+    assert c.post("/embed", json={"inputs": "a", "whatever": 1}).status_code == 200
+    prompted = c.post("/embed", json={"inputs": "hello", "prompt_name": "query"})
+    assert prompted.status_code == 200
+    assert prompted.headers["x-compute-tokens"] == "4"
+
+
+def test_truncation(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED, max_input_length=8)
+    long = " ".join(["hello"] * 20)
+    assert r.client.post("/embed", json={"inputs": long}).status_code == 200
+    err = r.client.post("/embed", json={"inputs": long, "truncate": False})
+    assert err.status_code == 422
+    assert err.json()["error_type"] == "Validation"
+    assert "must have less than 8 tokens" in err.json()["error"]
+    left = r.client.post("/embed_all", json={"inputs": long + " world",
+                                             "truncation_direction": "Left"}).json()
+    assert len(left[0]) == 8
+
+
+def test_auto_truncate_false_default(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED, max_input_length=8, auto_truncate=False)
+    long = " ".join(["hello"] * 20)
+    assert r.client.post("/embed", json={"inputs": long}).status_code == 422
+    assert r.client.post("/embed", json={"inputs": long, "truncate": True}).status_code == 200
+
+
+def test_embed_all(embed_server: Running) -> None:
+    out = embed_server.client.post("/embed_all", json={"inputs": ["hello world", "a"]}).json()
+    assert [len(x) for x in out] == [4, 3]
+    assert len(out[0][0]) == 16
+
+
+def test_openai(embed_server: Running) -> None:
+    c = embed_server.client
+    r = c.post("/v1/embeddings", json={"input": ["hello world", "cat"], "model": "x"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "list" and body["model"] == "fake/embed"
+    assert [d["index"] for d in body["data"]] == [0, 1]
+    assert body["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
+    floats = body["data"][0]["embedding"]
+    b64 = c.post("/embeddings", json={"input": "hello world", "encoding_format": "base64"})
+    raw = base64.b64decode(b64.json()["data"][0]["embedding"])
+    decoded = struct.unpack(f"<{len(raw) // 4}f", raw)
+    assert np.allclose(decoded, floats, atol=1e-6)
+    dims = c.post("/v1/embeddings", json={"input": "hello world", "dimensions": 3}).json()
+    assert len(dims["data"][0]["embedding"]) == 3
+    assert abs(np.linalg.norm(dims["data"][0]["embedding"]) - 1) < 1e-5
+
+
+def test_similarity(embed_server: Running) -> None:
+    r = embed_server.client.post("/similarity", json={
+        "inputs": {"source_sentence": "hello world", "sentences": ["hello world", "cat dog"]}})
+    assert r.status_code == 200
+    scores = r.json()
+    assert len(scores) == 2 and abs(scores[0] - 1) < 1e-5 and scores[1] < 0.999
+
+
+def test_tokenize_decode(embed_server: Running) -> None:
+    c = embed_server.client
+    toks = c.post("/tokenize", json={"inputs": "Hello world"}).json()
+    assert [t["special"] for t in toks[0]] == [True, False, False, True]
+    assert toks[0][1] == {"id": toks[0][1]["id"], "text": "Hello", "special": False,
+                          "start": 0, "stop": 5}
+    plain = c.post("/tokenize", json={"inputs": ["a", "b"], "add_special_tokens": False}).json()
+    assert [len(x) for x in plain] == [1, 1]
+    ids = [t["id"] for t in toks[0]]
+    assert c.post("/decode", json={"ids": ids}).json() == ["hello world"]
+    both = c.post("/decode", json={"ids": [ids, ids], "skip_special_tokens": False}).json()
+    assert len(both) == 2 and "[CLS]" in both[0]
+
+
+def test_sparse(serve: Callable[..., Running]) -> None:
+    r = serve(Task.SPARSE)
+    out = r.client.post("/embed_sparse", json={"inputs": ["hello hello", "cat"]}).json()
+    assert len(out) == 2
+    assert all(v["value"] > 0 for v in out[0])
+    assert sorted(v["index"] for v in out[0]) == [v["index"] for v in out[0]]
+    assert r.client.post("/", json={"inputs": "cat"}).json()[0] == out[1]
+    dense = r.client.post("/embed", json={"inputs": "cat", "normalize": False})
+    assert dense.status_code == 200
+
+
+def test_predict(serve: Callable[..., Running]) -> None:
+    r = serve(Task.CLASSIFY)
+    single = r.client.post("/predict", json={"inputs": "good"}).json()
+    assert [p["label"] for p in single] != [] and len(single) == 3
+    assert abs(sum(p["score"] for p in single) - 1) < 1e-5
+    assert single == sorted(single, key=lambda p: -p["score"])
+    pair = r.client.post("/predict", json={"inputs": ["good", "bad"]}).json()
+    assert isinstance(pair[0], dict)  # a pair is ONE input
+    batch = r.client.post("/predict", json={"inputs": [["good"], ["good", "bad"]]}).json()
+    assert len(batch) == 2 and isinstance(batch[0], list)
+    raw = r.client.post("/predict", json={"inputs": "good", "raw_scores": True}).json()
+    assert abs(sum(p["score"] for p in raw) - 1) > 1e-3
+    assert r.client.post("/invocations", json={"inputs": "good"}).json() == single
+
+
+def test_rerank(serve: Callable[..., Running]) -> None:
+    r = serve(Task.RERANK)
+    body = {"query": "what is deep learning", "texts": ["cat", "deep learning", "dog"]}
+    ranks = r.client.post("/rerank", json=body).json()
+    assert sorted(x["index"] for x in ranks) == [0, 1, 2]
+    assert ranks == sorted(ranks, key=lambda x: -x["score"])
+    assert all("text" not in x for x in ranks)
+    assert all(0 < x["score"] < 1 for x in ranks)
+    with_text = r.client.post("/rerank", json={**body, "return_text": True}).json()
+    assert {x["text"] for x in with_text} == set(body["texts"])
+    raw = r.client.post("/rerank", json={**body, "raw_scores": True}).json()
+    assert [x["index"] for x in raw] == [x["index"] for x in ranks]
+    assert r.client.post("/", json=body).json() == ranks
+    assert r.client.post("/predict", json={"inputs": ["q", "d"]}).status_code == 200
+
+
+def test_health_info_metrics_docs(embed_server: Running) -> None:
+    c = embed_server.client
+    for path in ("/health", "/ping", "/"):
+        r = c.get(path)
+        assert r.status_code == 200 and r.content == b""
+    info = c.get("/info").json()
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["max_batch_tokens"] == 16384 and info["max_client_batch_size"] == 32
+    c.post("/embed", json={"inputs": ["a", "b"]})
+    text = c.get("/metrics").text
+    for name in ("te_request_count{method=\"batch\"}", "te_request_success",
+                 "te_embed_count", "te_request_duration_bucket", "te_queue_size",
+                 "te_batch_next_size_bucket", "te_batch_next_tokens_bucket",
+                 "te_request_input_length_bucket", "te_embed_inference_duration_bucket"):
+        assert name in text, name
+    assert "_total" not in text and "_created" not in text
+    assert "swagger" in c.get("/docs").text.lower()
+    spec = c.get("/api-doc/openapi.json").json()
+    assert "/embed" in spec["paths"]
+
+
+@pytest.mark.parametrize("task", [Task.EMBED, Task.CLASSIFY, Task.RERANK, Task.SPARSE])
+def test_info_model_type(serve: Callable[..., Running], task: Task) -> None:
+    info = serve(task).client.get("/info").json()
+    kind = {Task.EMBED: "embedding", Task.SPARSE: "embedding", Task.CLASSIFY: "classifier",
+            Task.RERANK: "reranker"}[task]
+    assert list(info["model_type"]) == [kind]

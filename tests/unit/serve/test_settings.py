@@ -1,0 +1,93 @@
+"""Settings: TEI's flags, env vars, defaults, precedence and redaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from tei_serve.settings import Settings, SettingsError, load_settings
+
+
+def test_defaults_match_tei() -> None:
+    s = load_settings([], env={})
+    assert s.max_concurrent_requests == 512
+    assert s.max_batch_tokens == 16384
+    assert s.max_batch_requests is None
+    assert s.max_client_batch_size == 32
+    assert s.auto_truncate is True
+    assert s.hostname == "0.0.0.0"
+    assert s.port == 3000
+    assert s.payload_limit == 2_000_000
+    assert s.otlp_service_name == "text-embeddings-inference.server"
+    assert s.cors_allow_origin is None
+    assert s.json_output is False
+
+
+def test_env_vars_use_upper_snake_names() -> None:
+    env = {
+        "MODEL_ID": "BAAI/bge-small-en-v1.5", "MAX_BATCH_TOKENS": "2048", "PORT": "8080",
+        "AUTO_TRUNCATE": "false", "JSON_OUTPUT": "true", "API_KEY": "k",
+        "CORS_ALLOW_ORIGIN": "http://a,http://b", "MAX_BATCH_REQUESTS": "8",
+        "HF_TOKEN": "hf_x", "DTYPE": "float16", "POOLING": "last_token",
+    }
+    s = load_settings([], env=env)
+    assert s.model_id == "BAAI/bge-small-en-v1.5"
+    assert s.max_batch_tokens == 2048 and s.port == 8080 and s.max_batch_requests == 8
+    assert s.auto_truncate is False and s.json_output is True
+    assert s.cors_allow_origin == ("http://a", "http://b")
+    assert s.dtype == "float16" and s.pooling == "last-token"
+
+
+def test_flags_beat_env() -> None:
+    s = load_settings(["--port", "9001", "--auto-truncate", "--json-output"],
+                      env={"PORT": "1", "AUTO_TRUNCATE": "false"})
+    assert s.port == 9001
+    assert s.auto_truncate is True
+    assert s.json_output is True
+
+
+def test_auto_truncate_takes_optional_value() -> None:
+    assert load_settings(["--auto-truncate", "false"], env={}).auto_truncate is False
+
+
+def test_short_port_and_hf_api_token_alias() -> None:
+    s = load_settings(["-p", "81", "--hf-api-token", "t"], env={})
+    assert s.port == 81 and s.hf_token == "t"
+    assert load_settings([], env={"HF_API_TOKEN": "old"}).hf_token == "old"
+
+
+def test_invalid_hostname_falls_back() -> None:
+    assert load_settings([], env={"HOSTNAME": "3f2a9c1d"}).hostname == "0.0.0.0"
+    assert load_settings(["--hostname", "127.0.0.1"], env={}).hostname == "127.0.0.1"
+
+
+def test_bad_env_value_is_an_error() -> None:
+    with pytest.raises(SettingsError):
+        load_settings([], env={"MAX_BATCH_TOKENS": "lots"})
+
+
+def test_bad_flag_value_exits() -> None:
+    with pytest.raises(SystemExit):
+        load_settings(["--max-batch-tokens", "0"], env={})
+
+
+def test_prompt_name_and_prompt_conflict() -> None:
+    with pytest.raises(SettingsError):
+        load_settings(["--default-prompt-name", "q", "--default-prompt", "x"], env={})
+
+
+def test_secrets_redacted_in_repr() -> None:
+    s = Settings(api_key="sekret", hf_token="hf_sekret")
+    assert "sekret" not in repr(s)
+    assert "sekret" not in str(s)
+    assert "<redacted>" in repr(s)
+
+
+def test_compat_flags_accepted() -> None:
+    s = load_settings(["--uds-path", "/tmp/x", "--prometheus-port", "9001", "--disable-spans",
+                       "--otlp-endpoint", "http://o:4317", "--dense-path", "2_Dense"], env={})
+    assert s.prometheus_port == 9001 and s.disable_spans is True
+
+
+def test_tokenization_workers_default() -> None:
+    assert 1 <= Settings().effective_tokenization_workers() <= 64
+    assert Settings(tokenization_workers=3).effective_tokenization_workers() == 3
