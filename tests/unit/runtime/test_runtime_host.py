@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tei_runtime import host as host_mod
+from tei_runtime.host import Host, cgroup_cpu_limit, nvidia_gpus, tensorrt_version
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_cgroup_v2_quota_in_a_namespace(tmp_path: Path) -> None:
+    _write(tmp_path, "proc/self/cgroup", "0::/\n")
+    _write(tmp_path, "sys/fs/cgroup/cpu.max", "150000 100000\n")
+    assert cgroup_cpu_limit(tmp_path) == pytest.approx(1.5)
+
+
+def test_cgroup_v2_unlimited(tmp_path: Path) -> None:
+    _write(tmp_path, "proc/self/cgroup", "0::/\n")
+    _write(tmp_path, "sys/fs/cgroup/cpu.max", "max 100000\n")
+    assert cgroup_cpu_limit(tmp_path) is None
+
+
+def test_cgroup_v2_nested_takes_the_tightest_ancestor(tmp_path: Path) -> None:
+    _write(tmp_path, "proc/self/cgroup", "0::/kubepods/pod1/ctr\n")
+    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/ctr/cpu.max", "max 100000\n")
+    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/cpu.max", "300000 100000\n")
+    _write(tmp_path, "sys/fs/cgroup/kubepods/cpu.max", "800000 100000\n")
+    assert cgroup_cpu_limit(tmp_path) == pytest.approx(3.0)
+
+
+def test_cgroup_v1_quota(tmp_path: Path) -> None:
+    _write(tmp_path, "proc/self/cgroup", "4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n")
+    _write(tmp_path, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "200000\n")
+    _write(tmp_path, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_limit(tmp_path) == pytest.approx(2.0)
+
+
+def test_cgroup_v1_unlimited_quota_is_none(tmp_path: Path) -> None:
+    _write(tmp_path, "proc/self/cgroup", "4:cpu,cpuacct:/\n")
+    _write(tmp_path, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n")
+    _write(tmp_path, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_limit(tmp_path) is None
+
+
+def test_no_cgroup_files_means_no_limit(tmp_path: Path) -> None:
+    assert cgroup_cpu_limit(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("affinity", "quota", "expected"),
+    [(16, None, 16), (16, 2.0, 2), (16, 2.5, 2), (16, 0.5, 1), (4, 8.0, 4), (1, None, 1)],
+)
+def test_usable_cores(affinity: int, quota: float | None, expected: int) -> None:
+    h = Host(providers=("CPUExecutionProvider",), affinity_cores=affinity, cgroup_cores=quota)
+    assert h.usable_cores == expected
+
+
+def test_nvidia_gpus_from_proc_and_visible_devices(tmp_path: Path) -> None:
+    for i, model in enumerate(["NVIDIA H200", "NVIDIA L4"]):
+        _write(
+            tmp_path,
+            f"proc/driver/nvidia/gpus/0000:0{i}:00.0/information",
+            f"Model: \t {model}\nIRQ: 1\n",
+        )
+    assert nvidia_gpus(tmp_path, {}) == ("NVIDIA H200", "NVIDIA L4")
+    assert nvidia_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "1"}) == ("NVIDIA L4",)
+    assert nvidia_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": ""}) == ()
+    assert nvidia_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "-1"}) == ()
+    assert nvidia_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == ("NVIDIA H200",)
+
+
+def test_nvidia_gpu_from_device_node_only(tmp_path: Path) -> None:
+    _write(tmp_path, "dev/nvidia0", "")
+    assert nvidia_gpus(tmp_path, {}) == ("NVIDIA GPU",)
+    assert nvidia_gpus(tmp_path / "nothing", {}) == ()
+
+
+def test_tensorrt_version_sources() -> None:
+    assert tensorrt_version(lambda _: None, distributions=("no-such-dist-x",)) is None
+    assert tensorrt_version(lambda _: "libnvinfer.so.10", distributions=()) == "unknown"
+    assert tensorrt_version(lambda _: None, distributions=("numpy",)) is not None
+
+
+def test_probe_on_this_host_has_cpu(tmp_path: Path) -> None:
+    h = host_mod.probe(tmp_path, env={})
+    assert "CPUExecutionProvider" in h.providers
+    assert h.usable_cores >= 1
+    assert h.nvidia_gpus == () and h.amd_gpu is False

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+from rt_artifacts import VOCAB, ArtifactFactory, Built
+from tei_runtime import load
+from tei_runtime.errors import InputTooLongError, ValidationError
+from tei_runtime.tokenization import CHARS_PER_TOKEN, cut_point
+
+CLS, SEP = VOCAB["[CLS]"], VOCAB["[SEP]"]
+
+
+def words(n: int, offset: int = 0) -> str:
+    return " ".join(f"w{(i + offset) % 40}" for i in range(n))
+
+
+def ids_of(n: int, offset: int = 0) -> list[int]:
+    return [VOCAB[f"w{(i + offset) % 40}"] for i in range(n)]
+
+
+def test_specials_and_offsets(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    (enc,) = m.encode(["Hello world"])
+    assert enc.ids == (CLS, VOCAB["hello"], VOCAB["world"], SEP)
+    assert enc.type_ids == (0, 0, 0, 0)
+    assert enc.offsets == ((0, 0), (0, 5), (6, 11), (0, 0))
+    assert len(enc) == 4
+    (bare,) = m.encode(["Hello world"], add_special_tokens=False)
+    assert bare.ids == (VOCAB["hello"], VOCAB["world"])
+
+
+def test_empty_string_is_allowed(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    assert m.encode([""])[0].ids == (CLS, SEP)
+    assert m.encode([""], add_special_tokens=False)[0].ids == ()
+
+
+@pytest.mark.parametrize("direction", ["right", "left"])
+def test_truncation_directions(embed_artifact: Built, direction: str) -> None:
+    m = load(embed_artifact.root)
+    (enc,) = m.encode([words(30)], truncation_direction=direction)  # type: ignore[arg-type]
+    assert len(enc) == m.max_input_length == 16
+    body = ids_of(30)
+    kept = body[:14] if direction == "right" else body[-14:]
+    assert enc.ids == (CLS, *kept, SEP)
+
+
+def test_too_long_without_truncation_is_a_tei_style_error(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    with pytest.raises(InputTooLongError) as info:
+        m.encode([words(30)], truncate=False)
+    assert str(info.value) == (
+        "Input validation error: `inputs` must have less than 16 tokens. Given: 32"
+    )
+    assert isinstance(info.value, ValidationError)
+    assert (info.value.length, info.value.limit) == (32, 16)
+    assert len(m.encode([words(14)], truncate=False)[0]) == 16  # exactly the limit is fine
+
+
+def test_pairs_get_type_ids_and_longest_first_truncation(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    (enc,) = m.encode([("the query", "a passage")])
+    assert enc.ids == (
+        CLS,
+        VOCAB["the"],
+        VOCAB["query"],
+        SEP,
+        VOCAB["a"],
+        VOCAB["passage"],
+        SEP,
+    )
+    assert enc.type_ids == (0, 0, 0, 0, 1, 1, 1)
+    (long,) = m.encode([("cat dog", words(40))])
+    assert len(long) == 16
+    assert long.ids[:4] == (CLS, VOCAB["cat"], VOCAB["dog"], SEP)
+
+
+def test_id_inputs_are_used_as_is_and_truncated(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    (enc,) = m.encode([[5, 6, 7]])
+    assert enc.ids == (5, 6, 7) and enc.type_ids == (0, 0, 0)
+    (right,) = m.encode([list(range(4, 34))])
+    (left,) = m.encode([tuple(range(4, 34))], truncation_direction="left")
+    assert right.ids == tuple(range(4, 20)) and left.ids == tuple(range(18, 34))
+    with pytest.raises(InputTooLongError):
+        m.encode([list(range(4, 34))], truncate=False)
+    with pytest.raises(ValidationError, match="vocabulary"):
+        m.encode([[10_000]])
+    with pytest.raises(ValidationError, match="string"):
+        m.encode([3.5])  # type: ignore[list-item]
+
+
+def test_mixed_batch_keeps_order(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    out = m.encode(["cat", [9, 9], ("a", "the"), "dog"])
+    assert [e.ids for e in out] == [
+        (CLS, VOCAB["cat"], SEP),
+        (9, 9),
+        (CLS, VOCAB["a"], SEP, VOCAB["the"], SEP),
+        (CLS, VOCAB["dog"], SEP),
+    ]
+
+
+def test_prompts(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact(prompts={"query": "query : ", "doc": "passage : "})
+    m = load(built.root)
+    (q,) = m.encode(["cat"], prompt_name="query")
+    assert q.ids == (CLS, VOCAB["query"], VOCAB[":"], VOCAB["cat"], SEP)
+    (free,) = m.encode(["cat"], prompt="search : ")
+    assert free.ids == (CLS, VOCAB["search"], VOCAB[":"], VOCAB["cat"], SEP)
+    (plain,) = m.encode(["cat"])
+    assert plain.ids == (CLS, VOCAB["cat"], SEP)
+    with pytest.raises(ValidationError, match=r"`nope`.*`query`, `doc`"):
+        m.encode(["cat"], prompt_name="nope")
+    with pytest.raises(ValidationError, match="not both"):
+        m.encode(["cat"], prompt_name="query", prompt="x")
+    (ids,) = m.encode([[7, 8]], prompt_name="query")
+    assert ids.ids == (7, 8)  # pre-tokenized ids are never prompted
+
+
+def test_default_prompt_applies_unless_overridden(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact(prompts={"query": "query : "}, default_prompt_name="query")
+    m = load(built.root)
+    assert m.encode(["cat"])[0].ids[1:3] == (VOCAB["query"], VOCAB[":"])
+    assert m.encode(["cat"], prompt="")[0].ids == (CLS, VOCAB["cat"], SEP)
+    assert m.tokenize(["cat"])[0][1].text == "query"
+
+
+def test_a_10mb_string_costs_no_more_than_a_long_one(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    huge = words(2_000_000)  # ~8 MB
+    start = time.perf_counter()
+    (right,) = m.encode([huge])
+    (left,) = m.encode([huge], truncation_direction="left")
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.5
+    assert right.ids == (CLS, *ids_of(14), SEP)
+    tail = huge.split()[-14:]
+    assert left.ids == (CLS, *[VOCAB[t] for t in tail], SEP)
+    (pair,) = m.encode([("cat", huge)])
+    assert len(pair) == 16
+
+
+def test_cut_is_undone_when_it_would_change_the_result(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    # Long whitespace runs: the char budget holds fewer than 16 tokens.
+    spaced = (" " * 400).join(["cat"] * 50)
+    (enc,) = m.encode([spaced])
+    assert enc.ids == (CLS, *[VOCAB["cat"]] * 14, SEP)
+
+
+def test_cut_point_prefers_whitespace() -> None:
+    assert cut_point("a" * 95 + " " + "b" * 20, 100, "right") == "a" * 95
+    assert cut_point("b" * 20 + " " + "a" * 95, 100, "left") == "a" * 95
+    assert cut_point("x" * 30, 10, "right") == "x" * 10
+    assert cut_point("short", 10, "right") == "short"
+    assert CHARS_PER_TOKEN >= 10
+
+
+def test_tokenize_gives_tei_tokens_with_byte_offsets(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    (tokens,) = m.tokenize(["Naïve café"])
+    assert [(t.id, t.text, t.special, t.start, t.stop) for t in tokens] == [
+        (CLS, "[CLS]", True, None, None),
+        (VOCAB["naïve"], "Naïve", False, 0, 6),
+        (VOCAB["café"], "café", False, 7, 12),
+        (SEP, "[SEP]", True, None, None),
+    ]
+    (bare,) = m.tokenize(["cat"], add_special_tokens=False)
+    assert [t.text for t in bare] == ["cat"]
+    (prompted,) = m.tokenize(["cat"], prompt_name="query")
+    assert [t.text for t in prompted] == ["[CLS]", "query", ":", "cat", "[SEP]"]
+    assert prompted[3].start == 8
+    (pair,) = m.tokenize([("cat", "dog")])
+    assert [(t.text, t.start) for t in pair if not t.special] == [("cat", 0), ("dog", 0)]
+    # /tokenize does not truncate
+    assert len(m.tokenize([words(30)])[0]) == 32
+
+
+def test_decode(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    ids = [[CLS, VOCAB["cat"], VOCAB["sat"], SEP]]
+    assert m.decode(ids) == ["cat sat"]
+    assert m.decode(ids, skip_special_tokens=False) == ["[CLS] cat sat [SEP]"]
