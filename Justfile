@@ -1,0 +1,47 @@
+# tei-onnx developer commands. `just` itself: `pip install rust-just`.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+venv := justfile_directory() / ".venv"
+bin := venv / "bin"
+
+# List the recipes.
+[private]
+default:
+    @just --list
+
+# Create .venv with the export extra, the default model and the dev tools (quick when nothing changed).
+setup:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    stamp="{{venv}}/.setup-stamp"
+    want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+    python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+        || { echo "tei-onnx needs Python 3.11 or newer as python3" >&2; exit 1; }
+    [ -x "{{bin}}/python" ] || python3 -m venv "{{venv}}"
+    # torch first, pinned: the local CPU build; an unpinned torch would pull a CUDA build.
+    "{{bin}}/pip" install --quiet torch==2.13.0
+    "{{bin}}/pip" install --quiet -c constraints.txt -e ".[export,default-model,dev]"
+    echo "$want" > "$stamp"
+
+# ruff over everything, mypy --strict over the three packages.
+lint: setup
+    "{{bin}}/ruff" check .
+    "{{bin}}/mypy"
+
+# Lint, then the fast suite, then the slow one (real exports, real HTTP).
+test *args: lint
+    "{{bin}}/pytest" -m "not slow" {{args}}
+    "{{bin}}/pytest" -m slow {{args}}
+
+# Only the fast suite.
+test-fast *args: setup
+    "{{bin}}/pytest" -m "not slow" {{args}}
+
+# Serve a model with TEI's API (default: all-MiniLM-L6-v2, exported on first use).
+serve *args: setup
+    "{{bin}}/tei-serve" {{args}}
+
+# Export a checkpoint folder or hub id: just export BAAI/bge-small-en-v1.5 artifacts/bge-small
+export model out *args: setup
+    "{{bin}}/tei-export" "{{model}}" "{{out}}" {{args}}

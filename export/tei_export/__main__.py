@@ -1,0 +1,5 @@
+import sys
+
+from tei_export.cli import main
+
+sys.exit(main())

@@ -1,0 +1,217 @@
+"""export_model: the whole export, plan to atomic rename. The CLI and the server call this."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from tei_export import fuse, precision, validate
+from tei_export.checkpoint import Checkpoint, read_checkpoint
+from tei_export.errors import ExportError
+from tei_export.plan import ExportPlan, make_plan
+from tei_export.progress import Progress
+from tei_export.source import ResolvedSource, resolve
+from tei_runtime.checksum import sha256_file
+from tei_runtime.manifest import (
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    IoNames,
+    Manifest,
+    Pooling,
+    Precision,
+    Prompts,
+    Source,
+    Task,
+    Toolchain,
+    Validation,
+    Variant,
+    encode_manifest,
+)
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _toolchain() -> Toolchain:
+    return Toolchain(
+        tei_onnx=_version("tei-onnx"),
+        torch=_version("torch"),
+        transformers=_version("transformers"),
+        onnx=_version("onnx"),
+        onnxruntime=_version("onnxruntime"),
+    )
+
+
+def _prepare_output(output_dir: Path, overwrite: bool) -> None:
+    if output_dir.exists() and not overwrite:
+        raise ExportError(f"{output_dir} already exists (pass --overwrite to replace it)")
+    parent = output_dir.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".tei-export-probe-"):
+            pass
+    except OSError as e:
+        raise ExportError(f"cannot write to {parent}: {e.strerror or e}") from e
+
+
+def export_model(
+    model: str,
+    output_dir: Path,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    cache_dir: Path | None = None,
+    task: Task | None = None,
+    pooling: Pooling | str | None = None,
+    precisions: list[Precision] | None = None,
+    trust_remote_code: bool = False,
+    opset: int = 17,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> Path:
+    """Export MODEL (a folder or hub id) into the artifact folder OUTPUT_DIR and return it.
+
+    Work happens in a temporary folder beside OUTPUT_DIR that is renamed into place at the
+    end, so a failure at any stage leaves nothing behind.
+    """
+    output_dir = Path(output_dir).resolve()
+    _prepare_output(output_dir, overwrite)
+    progress = Progress(quiet=quiet)
+    with progress.stage("resolve"):
+        source = resolve(model, revision=revision, token=token, cache_dir=cache_dir)
+        checkpoint = read_checkpoint(source.path)
+        plan = make_plan(
+            checkpoint,
+            task=task,
+            pooling=Pooling(pooling) if isinstance(pooling, str) else pooling,
+            precisions=precisions,
+            trust_remote_code=trust_remote_code,
+            opset=opset,
+        )
+    if plan.task is Task.EMBED and checkpoint.st_pooling is None and pooling is None:
+        progress.note(f"no 1_Pooling/config.json: using the card's default pooling {plan.pooling}")
+    if plan.card.fusion.attention_unfused_reason:
+        progress.note(f"attention stays unfused: {plan.card.fusion.attention_unfused_reason}")
+
+    work = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.partial-"))
+    try:
+        manifest = _build(plan, source, checkpoint, work, progress, trust_remote_code)
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        work.rename(output_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    progress.summary(manifest, str(output_dir))
+    return output_dir
+
+
+def _build(
+    plan: ExportPlan,
+    source: ResolvedSource,
+    checkpoint: Checkpoint,
+    work: Path,
+    progress: Progress,
+    trust_remote_code: bool,
+) -> Manifest:
+    from tei_export.reference import load_module
+    from tei_export.trace import trace
+
+    vocab_size = int(str(checkpoint.config.get("vocab_size", 0))) or 1000
+    tokenizer_files = checkpoint.tokenizer_files
+    raw = work / "traced.onnx"
+    with progress.stage("load PyTorch model"):
+        module = load_module(plan, source.path, trust_remote_code=trust_remote_code)
+    with progress.stage("trace to ONNX"):
+        trace(module, plan, raw, vocab_size)
+        del module
+    fp32 = work / "model.fp32.onnx"
+    with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
+        fused_counts = {Precision.FP32: fuse.fuse(plan, raw, fp32)}
+        raw.unlink()
+    files = {Precision.FP32: fp32}
+    for wanted in plan.precisions:
+        if wanted is Precision.FP32:
+            continue
+        path = work / f"model.{wanted.value}.onnx"
+        with progress.stage(f"{wanted.value} variant"):
+            (precision.to_fp16 if wanted is Precision.FP16 else precision.to_int8)(fp32, path)
+            fused_counts[wanted] = fuse.count_fused_ops(path)
+        files[wanted] = path
+
+    with progress.stage(f"validate {', '.join(p.value for p in files)} against PyTorch"):
+        results = validate.validate(
+            validate.ValidationRequest(
+                plan=plan,
+                checkpoint=str(source.path),
+                vocab_size=vocab_size,
+                trust_remote_code=trust_remote_code,
+                variants=[validate.VariantFile(precision=p, path=str(f)) for p, f in files.items()],
+            ),
+            work,
+        )
+    variants = []
+    for result in results:
+        tolerance = plan.card.tolerance.for_precision(result.precision)
+        if result.min_cosine < tolerance:
+            raise ExportError(
+                f"{result.precision.value} variant is off: min cosine {result.min_cosine:.6f} "
+                f"< {tolerance} against PyTorch (max abs err {result.max_abs_err:.3g})"
+            )
+        path = files[result.precision]
+        variants.append(
+            Variant(
+                name=result.precision.value,
+                file=path.name,
+                precision=result.precision,
+                sha256=sha256_file(path),
+                fused_ops=fused_counts[result.precision],
+                validation=Validation(
+                    min_cosine=result.min_cosine,
+                    max_abs_err=result.max_abs_err,
+                    tolerance=tolerance,
+                    shapes=result.shapes,
+                ),
+            )
+        )
+    if Precision.FP32 not in plan.precisions:
+        fp32.unlink()
+        variants = [v for v in variants if v.precision is not Precision.FP32]
+
+    for name in tokenizer_files:
+        shutil.copyfile(source.path / name, work / name)
+    manifest = Manifest(
+        schema_version=SCHEMA_VERSION,
+        source=Source(
+            model_id=source.model_id, revision=source.revision, commit_sha=source.commit_sha
+        ),
+        task=plan.task,
+        architecture=checkpoint.architecture,
+        model_type=checkpoint.model_type,
+        card=plan.card.family,
+        pooling=plan.pooling,
+        normalize=plan.normalize,
+        max_input_length=plan.max_input_length,
+        hidden_size=plan.hidden_size,
+        pooling_in_graph=plan.pooling_in_graph,
+        io=IoNames(inputs=list(plan.inputs), outputs=list(plan.outputs)),
+        labels=plan.labels,
+        prompts=Prompts(
+            prompts=checkpoint.prompts, default_prompt_name=checkpoint.default_prompt_name
+        ),
+        padding_side=plan.padding_side,
+        truncation_side=plan.truncation_side,
+        opset=plan.opset,
+        toolchain=_toolchain(),
+        tokenizer_files=list(tokenizer_files),
+        tokenizer_sha256={name: sha256_file(work / name) for name in tokenizer_files},
+        variants=variants,
+    )
+    (work / MANIFEST_NAME).write_bytes(encode_manifest(manifest))
+    return manifest

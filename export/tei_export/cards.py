@@ -1,0 +1,105 @@
+"""Model cards: one TOML per model family, the data the exporter needs about that family."""
+
+from __future__ import annotations
+
+import enum
+import tomllib
+from functools import cache
+from pathlib import Path
+
+import msgspec
+
+from tei_runtime.manifest import Pooling, Precision
+
+
+class Head(enum.StrEnum):
+    BASE = "base"
+    SEQUENCE_CLASSIFICATION = "sequence-classification"
+    MASKED_LM = "masked-lm"
+
+
+class Fusion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    optimizer: str
+    """onnxruntime.transformers optimizer model_type ("bert", ...), or "none" to skip it."""
+    expected_per_layer: dict[str, int] = msgspec.field(default_factory=dict)
+    """Fused op counts per transformer layer that the optimized graph must reach."""
+    expected: dict[str, int] = msgspec.field(default_factory=dict)
+    """Fused op counts for the whole graph (embedding layer norm, ...)."""
+    attention_unfused_reason: str | None = None
+    """Set when this family's attention cannot be fused: why. Without it, an export whose graph
+    holds no fused attention op fails."""
+
+
+class Tolerance(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    fp32: float = 0.99999
+    fp16: float = 0.999
+    int8: float = 0.98
+
+    def for_precision(self, precision: Precision) -> float:
+        return float(getattr(self, precision.value))
+
+
+class Aliases(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    hidden_size: str = "hidden_size"
+    num_attention_heads: str = "num_attention_heads"
+    num_hidden_layers: str = "num_hidden_layers"
+    max_position_embeddings: str = "max_position_embeddings"
+
+
+class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    family: str
+    model_types: list[str]
+    inputs: list[str]
+    """Graph inputs, in order: input_ids, attention_mask, then token_type_ids and/or
+    position_ids where the family uses them."""
+    heads: list[Head]
+    default_pooling: Pooling
+    """Used when the checkpoint has no 1_Pooling/config.json and no --pooling is given."""
+    position_offset: int = 0
+    """Positions the model reserves (RoBERTa: padding index + 1), not usable by tokens."""
+    padding_side: str = "right"
+    decoder: bool = False
+    """Causal decoders: exported under optimum's export patches, fed position_ids."""
+    aliases: Aliases = msgspec.field(default_factory=Aliases)
+    fusion: Fusion
+    tolerance: Tolerance = msgspec.field(default_factory=Tolerance)
+
+
+class CardError(Exception):
+    pass
+
+
+def cards_dir() -> Path:
+    # In a wheel the cards are packaged inside tei_export; in a checkout they sit at the root.
+    packaged = Path(__file__).parent / "model_cards"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "model_cards"
+
+
+@cache
+def load_cards() -> tuple[ModelCard, ...]:
+    cards = []
+    for path in sorted(cards_dir().glob("*.toml")):
+        try:
+            raw = tomllib.loads(path.read_text())
+            cards.append(msgspec.convert(raw, ModelCard))
+        except (tomllib.TOMLDecodeError, msgspec.ValidationError) as e:
+            raise CardError(f"model card {path}: {e}") from e
+    if not cards:
+        raise CardError(f"no model cards found in {cards_dir()}")
+    return tuple(cards)
+
+
+def supported_model_types() -> list[str]:
+    return sorted(t for card in load_cards() for t in card.model_types)
+
+
+def find_card(model_type: str, architecture: str) -> ModelCard:
+    for card in load_cards():
+        if model_type in card.model_types:
+            return card
+    raise CardError(
+        f"unsupported architecture {architecture} (model_type {model_type!r}); "
+        f"supported model types: {', '.join(supported_model_types())}"
+    )

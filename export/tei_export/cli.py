@@ -1,0 +1,102 @@
+"""tei-export MODEL OUTPUT_DIR: a Hugging Face checkpoint to a validated ONNX artifact."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tei_export.cards import CardError, supported_model_types
+from tei_export.errors import ExportError
+from tei_runtime.manifest import Pooling, Precision, Task
+
+
+def _precisions(value: str) -> list[Precision]:
+    try:
+        return [Precision(v.strip()) for v in value.split(",") if v.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value!r}: choose from fp32, fp16, int8") from e
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tei-export",
+        description=(
+            "Export a Hugging Face checkpoint (local folder or hub id) to a tei-onnx artifact: "
+            "fused ONNX graphs (fp32, fp16, int8), tokenizer, pooling and prompts, and a "
+            "manifest with checksums and validation figures against PyTorch."
+        ),
+        epilog=f"Supported model types: {', '.join(supported_model_types())}.",
+    )
+    p.add_argument("model", help="local checkpoint folder or Hugging Face hub id")
+    p.add_argument("output_dir", type=Path, help="artifact folder to create")
+    p.add_argument("--revision", help="hub revision (branch, tag or commit)")
+    p.add_argument(
+        "--hf-token",
+        default=os.environ.get("HF_TOKEN"),
+        help="hub token for private models (default: $HF_TOKEN)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=os.environ.get("HUGGINGFACE_HUB_CACHE"),
+        help="hub cache folder (default: huggingface_hub's, or $HUGGINGFACE_HUB_CACHE)",
+    )
+    p.add_argument(
+        "--task",
+        type=Task,
+        choices=list(Task),
+        help="override task detection (default: from the architecture, as TEI does)",
+    )
+    p.add_argument(
+        "--pooling",
+        type=Pooling,
+        choices=list(Pooling),
+        help="override pooling (default: 1_Pooling/config.json, else the model card's)",
+    )
+    p.add_argument(
+        "--variants",
+        type=_precisions,
+        default=[Precision.FP32, Precision.FP16, Precision.INT8],
+        help="comma-separated precisions to write: fp32,fp16,int8 (default: all three)",
+    )
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
+    p.add_argument(
+        "--trust-remote-code", action="store_true", help="allow the model's own Python code"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from tei_export.api import export_model
+
+    try:
+        export_model(
+            args.model,
+            args.output_dir,
+            revision=args.revision,
+            token=args.hf_token,
+            cache_dir=args.cache_dir,
+            task=args.task,
+            pooling=args.pooling,
+            precisions=args.variants,
+            trust_remote_code=args.trust_remote_code,
+            opset=args.opset,
+            overwrite=args.overwrite,
+            quiet=args.quiet,
+        )
+    except (ExportError, CardError) as e:
+        print(f"tei-export: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tei-export: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

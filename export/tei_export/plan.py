@@ -1,0 +1,149 @@
+"""ExportPlan: everything the export decides before touching torch. Pure, unit-tested."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from tei_export.cards import Head, ModelCard, find_card
+from tei_export.checkpoint import Checkpoint
+from tei_export.errors import ExportError
+from tei_runtime.manifest import Pooling, Precision, Task
+
+ALL_PRECISIONS = (Precision.FP32, Precision.FP16, Precision.INT8)
+
+
+class ExportPlan(msgspec.Struct, frozen=True, kw_only=True):
+    card: ModelCard
+    task: Task
+    head: Head
+    pooling: Pooling | None
+    pooling_in_graph: bool
+    normalize: bool
+    max_input_length: int
+    hidden_size: int
+    """Width of the vectors the model returns (the last Dense layer's, if any)."""
+    encoder_hidden_size: int
+    num_attention_heads: int
+    num_hidden_layers: int
+    inputs: list[str]
+    outputs: list[str]
+    padding_side: str
+    truncation_side: str
+    labels: dict[int, str]
+    precisions: list[Precision]
+    opset: int
+    dense_dirs: list[str]
+    """Dense module folders, applied in order after pooling."""
+
+
+def detect_task(architecture: str, labels: dict[int, str], pooling: Pooling | None) -> Task:
+    """TEI's rule: a sequence-classification head with one label is a reranker, with more a
+    classifier; a masked-LM head with splade pooling is sparse; everything else embeds."""
+    if architecture.endswith("ForSequenceClassification"):
+        return Task.RERANK if len(labels) <= 1 else Task.CLASSIFY
+    if pooling is Pooling.SPLADE:
+        if not architecture.endswith("ForMaskedLM"):
+            raise ExportError(f"--pooling splade needs a *ForMaskedLM model, not {architecture}")
+        return Task.SPARSE
+    return Task.EMBED
+
+
+def _head(task: Task) -> Head:
+    if task in (Task.RERANK, Task.CLASSIFY):
+        return Head.SEQUENCE_CLASSIFICATION
+    if task is Task.SPARSE:
+        return Head.MASKED_LM
+    return Head.BASE
+
+
+def _int(config: dict[str, object], key: str, what: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int):
+        raise ExportError(f"config.json has no integer {key!r} ({what})")
+    return value
+
+
+def make_plan(
+    checkpoint: Checkpoint,
+    *,
+    task: Task | None = None,
+    pooling: Pooling | None = None,
+    precisions: list[Precision] | None = None,
+    trust_remote_code: bool = False,
+    opset: int = 17,
+) -> ExportPlan:
+    if checkpoint.trust_remote_code_needed and not trust_remote_code:
+        raise ExportError(
+            f"{checkpoint.path}: the model uses custom code (auto_map in config.json); "
+            f"review it and pass --trust-remote-code to run it"
+        )
+    card = find_card(checkpoint.model_type, checkpoint.architecture)
+    chosen_pooling = pooling or checkpoint.st_pooling
+    detected = detect_task(checkpoint.architecture, checkpoint.labels, chosen_pooling)
+    task = task or detected
+    if task is Task.SPARSE:
+        chosen_pooling = Pooling.SPLADE
+    head = _head(task)
+    if head not in card.heads:
+        supported = ", ".join(h.value for h in card.heads)
+        raise ExportError(
+            f"{card.family}: the {head.value} head is not supported (card has: {supported})"
+        )
+    if task is Task.EMBED:
+        if chosen_pooling is Pooling.SPLADE:
+            raise ExportError("splade pooling needs --task sparse and a *ForMaskedLM model")
+        chosen_pooling = chosen_pooling or card.default_pooling
+    elif task in (Task.RERANK, Task.CLASSIFY):
+        chosen_pooling = None
+
+    config = checkpoint.config
+    aliases = card.aliases
+    hidden = _int(config, aliases.hidden_size, "hidden size")
+    heads = _int(config, aliases.num_attention_heads, "attention heads")
+    layers = _int(config, aliases.num_hidden_layers, "layers")
+    positions = _int(config, aliases.max_position_embeddings, "max positions")
+    max_len = positions - card.position_offset
+    if checkpoint.max_seq_length:
+        max_len = min(max_len, checkpoint.max_seq_length)
+
+    dense = checkpoint.dense_dirs if task is Task.EMBED else []
+    pooling_in_graph = bool(dense) or task is Task.SPARSE
+    if task is Task.EMBED:
+        outputs = ["token_embeddings"] + (["sentence_embedding"] if dense else [])
+    elif task is Task.SPARSE:
+        outputs = ["sparse_embedding"]
+    else:
+        outputs = ["logits"]
+
+    return ExportPlan(
+        card=card,
+        task=task,
+        head=head,
+        pooling=chosen_pooling,
+        pooling_in_graph=pooling_in_graph,
+        normalize=checkpoint.normalize if task is Task.EMBED else False,
+        max_input_length=max_len,
+        hidden_size=_dense_out_features(dense[-1]) if dense else hidden,
+        encoder_hidden_size=hidden,
+        num_attention_heads=heads,
+        num_hidden_layers=layers,
+        inputs=list(card.inputs),
+        outputs=outputs,
+        padding_side=checkpoint.padding_side or card.padding_side,
+        truncation_side=checkpoint.truncation_side or "right",
+        labels=checkpoint.labels if task in (Task.RERANK, Task.CLASSIFY) else {},
+        precisions=list(precisions or ALL_PRECISIONS),
+        opset=opset,
+        dense_dirs=[str(folder) for folder in dense],
+    )
+
+
+def _dense_out_features(folder: Path) -> int:
+    import json
+
+    try:
+        return int(json.loads((folder / "config.json").read_text())["out_features"])
+    except (OSError, KeyError, ValueError) as e:
+        raise ExportError(f"{folder}: unreadable Dense config ({e})") from e

@@ -1,0 +1,52 @@
+"""Stage-by-stage progress on stderr with timings, and the summary table at the end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.table import Table
+
+from tei_runtime.manifest import Manifest
+
+
+class Progress:
+    def __init__(self, *, quiet: bool = False) -> None:
+        self.console = Console(stderr=True, quiet=quiet, highlight=False)
+        self.timings: list[tuple[str, float]] = []
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        with self.console.status(f"{name} ..."):
+            yield
+        elapsed = time.perf_counter() - start
+        self.timings.append((name, elapsed))
+        self.console.print(f"[green]✓[/green] {name} [dim]{elapsed:.1f}s[/dim]")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"[yellow]![/yellow] {text}")
+
+    def summary(self, manifest: Manifest, where: str) -> None:
+        table = Table(title=f"{manifest.architecture} -> {where}")
+        for column in ("variant", "size MB", "fused ops", "min cosine", "max abs err", "tol"):
+            table.add_column(column)
+        for v in manifest.variants:
+            ops = ", ".join(f"{op} {n}" for op, n in sorted(v.fused_ops.items()))
+            table.add_row(
+                v.precision.value,
+                "",
+                ops,
+                f"{v.validation.min_cosine:.6f}",
+                f"{v.validation.max_abs_err:.2e}",
+                f"{v.validation.tolerance}",
+            )
+        self.console.print(table)
+        pooling = manifest.pooling.value if manifest.pooling else "-"
+        total = sum(t for _, t in self.timings)
+        self.console.print(
+            f"task {manifest.task.value}, pooling {pooling}, normalize {manifest.normalize}, "
+            f"max_input_length {manifest.max_input_length}, {total:.1f}s in all"
+        )

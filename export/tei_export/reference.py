@@ -1,0 +1,136 @@
+"""The PyTorch side: load the checkpoint and wrap it into the module the graph is traced from.
+
+The same wrapper is the reference the validation compares against, so trace and validation can
+never disagree about what the graph is meant to compute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tei_export.cards import Head
+from tei_export.errors import ExportError
+from tei_export.plan import ExportPlan
+from tei_runtime.manifest import Pooling
+
+
+def pool(tokens: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    weights = mask.to(tokens.dtype)
+    if pooling is Pooling.CLS:
+        return tokens[:, 0]
+    if pooling is Pooling.MEAN:
+        summed = (tokens * weights.unsqueeze(-1)).sum(dim=1)
+        return summed / weights.sum(dim=1, keepdim=True).clamp(min=1e-9)
+    if pooling is Pooling.LAST_TOKEN:
+        # Index of the last real token, whichever side the padding is on.
+        positions = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0)
+        last = (positions * mask).argmax(dim=1)
+        return tokens[torch.arange(tokens.shape[0], device=tokens.device), last]
+    raise ExportError(f"pooling {pooling.value} cannot run before a Dense layer")
+
+
+class ExportModule(torch.nn.Module):
+    """Positional graph inputs in `plan.inputs` order -> the outputs in `plan.outputs`."""
+
+    def __init__(self, model: torch.nn.Module, plan: ExportPlan, dense: list[torch.nn.Module]):
+        super().__init__()
+        self.model = model
+        self.dense = torch.nn.ModuleList(dense)
+        self.input_names = list(plan.inputs)
+        self.head = plan.head
+        self.pooling = plan.pooling
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        feeds = dict(zip(self.input_names, inputs, strict=True))
+        mask = feeds["attention_mask"]
+        out = self.model(**feeds)
+        if self.head is Head.SEQUENCE_CLASSIFICATION:
+            return out["logits"]
+        if self.head is Head.MASKED_LM:
+            activations = torch.log1p(torch.relu(out["logits"])) * mask.unsqueeze(-1)
+            return activations.max(dim=1).values
+        tokens = out["last_hidden_state"]
+        if not len(self.dense):
+            return tokens
+        assert self.pooling is not None
+        pooled = pool(tokens, mask, self.pooling)
+        for layer in self.dense:
+            pooled = layer({"sentence_embedding": pooled})["sentence_embedding"]
+        return tokens, pooled
+
+
+def _auto_class(head: Head) -> Any:
+    import transformers
+
+    return {
+        Head.BASE: transformers.AutoModel,
+        Head.SEQUENCE_CLASSIFICATION: transformers.AutoModelForSequenceClassification,
+        Head.MASKED_LM: transformers.AutoModelForMaskedLM,
+    }[head]
+
+
+def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False) -> ExportModule:
+    attn = None if plan.card.decoder else "eager"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = _auto_class(plan.head).from_pretrained(
+                str(path),
+                trust_remote_code=trust_remote_code,
+                attn_implementation=attn,
+                dtype=torch.float32,
+            )
+    except (OSError, ValueError, RuntimeError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ExportError(f"{path}: cannot load the weights: {reason}") from e
+    model.eval()
+    dense: list[torch.nn.Module] = []
+    if plan.dense_dirs:
+        from sentence_transformers.sentence_transformer.modules import Dense
+
+        dense = [Dense.load(str(folder)).eval() for folder in plan.dense_dirs]
+    return ExportModule(model, plan, dense).eval()
+
+
+@contextlib.contextmanager
+def export_patches(module: ExportModule, plan: ExportPlan) -> Iterator[None]:
+    """Decoders trace only under optimum's patches (its mask creation is traceable)."""
+    if not plan.card.decoder:
+        yield
+        return
+    import optimum.exporters.onnx.model_configs  # noqa: F401  (registers the configs)
+    from optimum.exporters.tasks import TasksManager
+
+    model = module.model
+    constructor = TasksManager.get_exporter_config_constructor(
+        exporter="onnx", model=model, task="feature-extraction", library_name="transformers"
+    )
+    with constructor(model.config).patch_model_for_export(model):
+        yield
+
+
+def example_inputs(plan: ExportPlan, lengths: list[int], vocab_size: int) -> list[torch.Tensor]:
+    """A right- or left-padded batch of random ids with the given true lengths."""
+    generator = torch.Generator().manual_seed(sum(lengths) * 7919 + len(lengths))
+    batch, width = len(lengths), max(lengths)
+    ids = torch.randint(3, max(4, vocab_size - 1), (batch, width), generator=generator)
+    mask = torch.zeros(batch, width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        if plan.padding_side == "left":
+            mask[row, width - length :] = 1
+        else:
+            mask[row, :length] = 1
+    ids = ids * mask
+    feeds = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": torch.zeros_like(ids),
+        "position_ids": (mask.cumsum(dim=1) - 1).clamp(min=0),
+    }
+    return [feeds[name] for name in plan.inputs]

@@ -1,0 +1,69 @@
+"""Resolve MODEL (a local folder or a hub id) to a local checkpoint folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from tei_export.errors import ExportError
+
+# What sentence-transformers and TEI read; weights in safetensors or PyTorch format.
+_ALLOW_PATTERNS = [
+    "*.json",
+    "*.safetensors",
+    "*.bin",
+    "*.txt",
+    "*.model",
+    "1_Pooling/*",
+    "*_Dense/*",
+]
+
+
+class ResolvedSource(msgspec.Struct, frozen=True, kw_only=True):
+    path: Path
+    model_id: str
+    revision: str | None
+    commit_sha: str | None
+
+
+def resolve(
+    model: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    cache_dir: Path | None = None,
+) -> ResolvedSource:
+    """A folder that exists is used as is; anything else is a hub id fetched through
+    huggingface_hub, which honours HF_TOKEN, HF_HUB_CACHE and HF_HUB_OFFLINE."""
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return ResolvedSource(
+            path=local.resolve(), model_id=str(local.resolve()), revision=revision, commit_sha=None
+        )
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise ExportError(f"{model}: no such folder")
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        path = Path(
+            snapshot_download(
+                model,
+                revision=revision,
+                token=token,
+                cache_dir=cache_dir,
+                allow_patterns=_ALLOW_PATTERNS,
+            )
+        )
+    except LocalEntryNotFoundError as e:
+        raise ExportError(
+            f"{model}: not in the hub cache and the hub cannot be reached "
+            f"(offline or no network); pass a local folder or populate the cache"
+        ) from e
+    except HFValidationError as e:
+        raise ExportError(f"{model}: neither a folder nor a valid hub id ({e})") from e
+    except OSError as e:
+        raise ExportError(f"{model}: download failed: {e}") from e
+    return ResolvedSource(path=path, model_id=model, revision=revision, commit_sha=path.name)

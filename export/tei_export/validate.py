@@ -1,0 +1,138 @@
+"""Each variant against the PyTorch reference, over a grid of batch sizes and lengths.
+
+It runs in a subprocess (`python -m tei_export.validate REQUEST RESULT`) so that torch's and
+onnxruntime's thread pools and memory never share a process with the export itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+
+from tei_export.errors import ExportError
+from tei_export.plan import ExportPlan
+from tei_runtime.manifest import Precision
+
+# The longest sequence validated: the model's maximum, capped so that a 32k-context decoder
+# validates in minutes; the cap is recorded in the manifest's shapes.
+MAX_VALIDATED_LENGTH = 1024
+
+
+class VariantFile(msgspec.Struct, frozen=True, kw_only=True):
+    precision: Precision
+    path: str
+
+
+class ValidationRequest(msgspec.Struct, frozen=True, kw_only=True):
+    plan: ExportPlan
+    checkpoint: str
+    vocab_size: int
+    trust_remote_code: bool
+    variants: list[VariantFile]
+
+
+class VariantResult(msgspec.Struct, frozen=True, kw_only=True):
+    precision: Precision
+    min_cosine: float
+    max_abs_err: float
+    shapes: list[tuple[int, int]]
+
+
+def length_grid(plan: ExportPlan) -> list[list[int]]:
+    """Batches of true lengths: one short, one odd, the maximum, and a padded mix."""
+    longest = min(plan.max_input_length, MAX_VALIDATED_LENGTH)
+    short, odd = min(4, longest), min(37, longest)
+    return [[short], [odd], [longest], [longest, odd, short, odd]]
+
+
+def validate(request: ValidationRequest, workdir: Path) -> list[VariantResult]:
+    request_path = workdir / "validation-request.json"
+    result_path = workdir / "validation-result.json"
+    request_path.write_bytes(msgspec.json.encode(request))
+    env = dict(os.environ)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tei_export.validate", str(request_path), str(result_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ExportError(f"validation failed to run: {tail}")
+    results = msgspec.json.decode(result_path.read_bytes(), type=list[VariantResult])
+    request_path.unlink()
+    result_path.unlink()
+    return results
+
+
+def _run(request: ValidationRequest) -> list[VariantResult]:
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from tei_export.reference import example_inputs, load_module, pool
+
+    plan = request.plan
+    module = load_module(
+        plan, Path(request.checkpoint), trust_remote_code=request.trust_remote_code
+    )
+    grid = length_grid(plan)
+    batches = [example_inputs(plan, lengths, request.vocab_size) for lengths in grid]
+    mask_index = plan.inputs.index("attention_mask")
+
+    def compared(outputs: list[np.ndarray], mask: torch.Tensor) -> np.ndarray:
+        # The vector a user gets: pooled embedding, pooled sentence embedding, logits, sparse.
+        if plan.outputs[0] == "token_embeddings" and len(outputs) == 1:
+            assert plan.pooling is not None
+            pooled = pool(torch.from_numpy(outputs[0]), mask, plan.pooling)
+            return pooled.numpy()
+        vectors = outputs[-1]
+        if vectors.shape[-1] == 1:
+            return vectors.reshape(1, -1)  # one score per row: compare the batch's scores
+        return vectors
+
+    with torch.no_grad():
+        references = []
+        for args in batches:
+            out = module(*args)
+            outs = [t.numpy() for t in (out if isinstance(out, tuple) else (out,))]
+            references.append(compared(outs, args[mask_index]))
+
+    results = []
+    for variant in request.variants:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = max(1, len(os.sched_getaffinity(0)))
+        session = ort.InferenceSession(variant.path, options, providers=["CPUExecutionProvider"])
+        cosines, errors = [], []
+        for args, reference in zip(batches, references, strict=True):
+            feeds = {name: t.numpy() for name, t in zip(plan.inputs, args, strict=True)}
+            outs = [np.asarray(o, dtype=np.float32) for o in session.run(plan.outputs, feeds)]
+            got = compared(outs, args[mask_index])
+            num = (got * reference).sum(axis=-1)
+            den = np.linalg.norm(got, axis=-1) * np.linalg.norm(reference, axis=-1)
+            cosines.append(float((num / np.maximum(den, 1e-12)).min()))
+            errors.append(float(np.abs(got - reference).max()))
+        results.append(
+            VariantResult(
+                precision=variant.precision,
+                min_cosine=min(cosines),
+                max_abs_err=max(errors),
+                shapes=[(len(lengths), max(lengths)) for lengths in grid],
+            )
+        )
+    return results
+
+
+def main() -> None:
+    request_path, result_path = Path(sys.argv[1]), Path(sys.argv[2])
+    request = msgspec.json.decode(request_path.read_bytes(), type=ValidationRequest)
+    result_path.write_bytes(msgspec.json.encode(_run(request)))
+
+
+if __name__ == "__main__":
+    main()
