@@ -18,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
 from tei_runtime.checksum import sha256_file
 from tei_runtime.manifest import (
     SCHEMA_VERSION,
@@ -33,7 +35,6 @@ from tei_runtime.manifest import (
     Variant,
     encode_manifest,
 )
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
 WORDS = [

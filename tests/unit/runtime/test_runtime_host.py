@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tei_runtime import host as host_mod
 from tei_runtime.host import Host, cgroup_cpu_limit, nvidia_gpus, tensorrt_version
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tei_runtime import pooling
 from tei_runtime.errors import ValidationError
 from tei_runtime.manifest import Pooling

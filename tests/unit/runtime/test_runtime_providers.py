@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tei_runtime.errors import ProviderError
 from tei_runtime.host import Host
 from tei_runtime.manifest import Precision

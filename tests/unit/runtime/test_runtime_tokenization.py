@@ -4,6 +4,7 @@ import time
 
 import pytest
 from rt_artifacts import VOCAB, ArtifactFactory, Built
+
 from tei_runtime import load
 from tei_runtime.errors import InputTooLongError, ValidationError
 from tei_runtime.tokenization import CHARS_PER_TOKEN, cut_point

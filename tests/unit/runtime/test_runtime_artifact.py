@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rt_artifacts import ArtifactFactory
+
+from tei_runtime import ManifestError, ProviderError, load
+
+
+def test_loads_and_reports_choice(make_artifact: ArtifactFactory) -> None:
+    m = load(make_artifact().root, intra_op_threads=1)
+    assert m.provider == "CPUExecutionProvider"
+    assert m.precision.value == "fp32"
+    assert m.choice.intra_op_threads == 1
+    assert m.max_input_length == 16
+
+
+def test_tampered_model_is_a_checksum_error_naming_the_file(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact()
+    with (built.root / "model.fp32.onnx").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ManifestError, match=r"model\.fp32\.onnx: sha256 mismatch"):
+        load(built.root)
+
+
+def test_tampered_tokenizer_file_is_named(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact()
+    (built.root / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(ManifestError, match=r"tokenizer_config\.json: sha256 mismatch"):
+        load(built.root)
+
+
+@pytest.mark.parametrize("name", ["model.fp32.onnx", "tokenizer.json"])
+def test_missing_file_is_named(make_artifact: ArtifactFactory, name: str) -> None:
+    built = make_artifact()
+    (built.root / name).unlink()
+    with pytest.raises(ManifestError, match=rf"{name}: missing"):
+        load(built.root)
+
+
+def test_missing_manifest_and_missing_folder(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match=r"manifest\.json: missing"):
+        load(tmp_path)
+    with pytest.raises(ManifestError, match="not a folder"):
+        load(tmp_path / "nope")
+
+
+def test_unknown_schema_version_names_the_manifest(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact()
+    path = built.root / "manifest.json"
+    data = json.loads(path.read_text())
+    data["schema_version"] = 99
+    path.write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match=r"manifest\.json: schema_version 99 is not supported"):
+        load(built.root)
+
+
+def test_only_the_chosen_variant_is_verified(make_artifact: ArtifactFactory) -> None:
+    from tei_runtime.manifest import Precision
+
+    built = make_artifact(precisions=(Precision.FP32, Precision.INT8))
+    (built.root / "model.int8.onnx").write_bytes(b"broken")
+    assert load(built.root).precision is Precision.FP32
+    with pytest.raises(ManifestError, match=r"model\.int8\.onnx: sha256 mismatch"):
+        load(built.root, dtype="int8")
+
+
+def test_missing_provider_is_an_error_not_a_fallback(make_artifact: ArtifactFactory) -> None:
+    with pytest.raises(ProviderError, match="onnxruntime-gpu"):
+        load(make_artifact().root, device="cuda")
+    with pytest.raises(ProviderError, match="no fp16 variant"):
+        load(make_artifact().root, dtype="float16")
+
+
+def test_bad_load_arguments(make_artifact: ArtifactFactory) -> None:
+    root = make_artifact().root
+    with pytest.raises(ProviderError, match="intra_op_threads"):
+        load(root, intra_op_threads=0)
+    with pytest.raises(ProviderError, match="max_batch_tokens"):
+        load(root, max_batch_tokens=0)

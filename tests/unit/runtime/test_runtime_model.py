@@ -1,0 +1,228 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rt_artifacts import VOCAB, ArtifactFactory, Built
+
+from tei_runtime import Model, Pooling, Task, ValidationError, load
+from tei_runtime.data import Encoding
+from tei_runtime.providers import ProviderChoice
+from tei_runtime.session import OrtBackend
+
+TEXTS = [
+    "the cat sat on the mat",
+    "hello",
+    "red green blue one two three w1 w2 w3 w4",
+    "",
+    "dog",
+    "fast slow fast slow",
+]
+
+
+def reference_pooled(built: Built, model: Model, texts: list[str]) -> np.ndarray:
+    rows = []
+    for enc in model.encode(texts):
+        tok = built.tokens(enc.ids, enc.type_ids)
+        pooling = built.spec.pooling
+        if pooling is Pooling.MEAN:
+            rows.append(tok.mean(axis=0))
+        elif pooling is Pooling.CLS:
+            rows.append(tok[0])
+        else:
+            rows.append(tok[-1])
+    return np.stack(rows)
+
+
+DECODER = ("input_ids", "attention_mask", "position_ids")
+
+
+@pytest.mark.parametrize(
+    ("pooling", "inputs", "side"),
+    [
+        (Pooling.MEAN, ("input_ids", "attention_mask", "token_type_ids"), "right"),
+        (Pooling.CLS, ("input_ids", "attention_mask", "token_type_ids"), "right"),
+        (Pooling.MEAN, ("input_ids", "attention_mask"), "right"),
+        (Pooling.LAST_TOKEN, DECODER, "left"),
+        (Pooling.LAST_TOKEN, DECODER, "right"),
+        (Pooling.MEAN, DECODER, "left"),
+        (Pooling.CLS, DECODER, "left"),
+    ],
+)
+def test_pooling_matches_numpy_reference(
+    make_artifact: ArtifactFactory, pooling: Pooling, inputs: tuple[str, ...], side: str
+) -> None:
+    built = make_artifact(pooling=pooling, inputs=inputs, padding_side=side)
+    m = load(built.root)
+    got = m.embed(TEXTS, normalize=False)
+    want = reference_pooled(built, m, TEXTS)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    unit = m.embed(TEXTS)
+    np.testing.assert_allclose(unit, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_batch_invariance(make_artifact: ArtifactFactory, side: str) -> None:
+    built = make_artifact(pooling=Pooling.LAST_TOKEN, inputs=DECODER, padding_side=side)
+    m = load(built.root)
+    alone = np.concatenate([m.forward_embed(m.encode([t])) for t in TEXTS])
+    together = m.forward_embed(m.encode(TEXTS))
+    shuffled_order = [5, 2, 0, 4, 1, 3]
+    shuffled = m.forward_embed(m.encode([TEXTS[i] for i in shuffled_order]))
+    assert np.abs(alone - together).max() <= 1e-5
+    assert np.abs(alone[shuffled_order] - shuffled).max() <= 1e-5
+    # and with many long neighbours
+    noisy = m.forward_embed(m.encode([TEXTS[1], *["w1 w2 w3 w4 w5 w6 w7 w8 w9"] * 7]))
+    assert np.abs(noisy[0] - alone[1]).max() <= 1e-5
+
+
+def test_left_and_right_padding_agree_for_decoders(make_artifact: ArtifactFactory) -> None:
+    left = load(make_artifact(pooling=Pooling.LAST_TOKEN, inputs=DECODER, padding_side="left").root)
+    right = load(
+        make_artifact(pooling=Pooling.LAST_TOKEN, inputs=DECODER, padding_side="right").root
+    )
+    np.testing.assert_allclose(left.embed(TEXTS), right.embed(TEXTS), atol=1e-5)
+
+
+def test_forward_tokens_removes_padding(make_artifact: ArtifactFactory) -> None:
+    for side in ("left", "right"):
+        built = make_artifact(inputs=DECODER, padding_side=side)
+        m = load(built.root)
+        encs = m.encode(TEXTS)
+        for enc, got in zip(encs, m.forward_tokens(encs), strict=True):
+            assert got.shape == (len(enc), 8)
+            np.testing.assert_allclose(got, built.tokens(enc.ids), atol=1e-5)
+        all_ = m.embed_all(TEXTS, batch_tokens=20)
+        assert [a.shape[0] for a in all_] == [len(e) for e in encs]
+
+
+def test_embed_packs_batches_and_restores_order(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    texts = [f"w{i} " * (i % 9 + 1) for i in range(40)]
+    big = m.embed(texts)
+    small = m.embed(texts, batch_tokens=12)  # many batches, each entry alone at worst
+    np.testing.assert_allclose(big, small, atol=1e-5)
+    np.testing.assert_allclose(small[7], m.embed([texts[7]])[0], atol=1e-5)
+
+
+def test_matryoshka_dimensions(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    full = m.embed(TEXTS[:2], normalize=False)
+    cut = m.embed(TEXTS[:2], dimensions=3)
+    np.testing.assert_allclose(
+        cut, full[:, :3] / np.linalg.norm(full[:, :3], axis=1, keepdims=True), atol=1e-6
+    )
+    assert m.embed(TEXTS[:2], dimensions=3, normalize=False).shape == (2, 3)
+    with pytest.raises(ValidationError, match="dimensions"):
+        m.embed(["cat"], dimensions=9)
+
+
+def test_embed_empty_list_and_empty_inputs(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    assert m.embed([]).shape == (0, 8)
+    out = m.embed(["", "cat"], normalize=True)
+    assert not np.isnan(out).any()
+    no_special = m.forward_embed(m.encode(["", "cat"], add_special_tokens=False))
+    assert np.all(no_special[0] == 0) and not np.isnan(no_special).any()
+    with pytest.raises(ValidationError, match="at least one"):
+        m.forward_embed([])
+
+
+def test_prompts_change_the_embedding_like_prefixing_the_text(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    np.testing.assert_allclose(
+        m.embed(["cat"], prompt_name="query"), m.embed(["query : cat"]), atol=1e-6
+    )
+
+
+def test_pooling_in_graph_reads_sentence_embedding(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact(pooling_in_graph=True)
+    m = load(built.root)
+    got = m.embed(TEXTS, normalize=False)
+    assert got.shape == (len(TEXTS), 6)
+    want = np.stack(
+        [
+            built.tokens(e.ids, e.type_ids).mean(axis=0) @ built.weights.dense
+            for e in m.encode(TEXTS)
+        ]
+    )
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("labels", [1, 3])
+def test_predict_scores(make_artifact: ArtifactFactory, labels: int) -> None:
+    built = make_artifact(task=Task.RERANK, pooling=None, labels=labels)
+    m = load(built.root)
+    pairs = [("cat", "the cat sat"), ("dog", "red blue"), ("query", "w1 w2 w3")]
+    raw = m.predict(pairs, raw_scores=True)
+    want = np.stack(
+        [
+            built.tokens(e.ids, e.type_ids).mean(axis=0) @ built.weights.head[:, :labels]
+            for e in m.encode(pairs)
+        ]
+    )
+    np.testing.assert_allclose(raw, want, atol=1e-5)
+    scores = m.predict(pairs)
+    if labels == 1:
+        np.testing.assert_allclose(scores, 1 / (1 + np.exp(-want)), atol=1e-6)
+    else:
+        e = np.exp(want - want.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(scores, e / e.sum(axis=1, keepdims=True), atol=1e-6)
+    single = m.predict(["the cat sat"])
+    assert single.shape == (1, labels)
+    np.testing.assert_allclose(m.predict([pairs[1]], raw_scores=True)[0], raw[1], atol=1e-5)
+
+
+def test_task_mismatch_is_a_validation_error(make_artifact: ArtifactFactory) -> None:
+    reranker = load(make_artifact(task=Task.RERANK, pooling=None).root)
+    with pytest.raises(ValidationError, match="no embeddings"):
+        reranker.embed(["cat"])
+    embedder = load(make_artifact().root)
+    with pytest.raises(ValidationError, match="classification head"):
+        embedder.predict(["cat"])
+    with pytest.raises(ValidationError, match="sparse"):
+        embedder.embed_sparse(["cat"])
+
+
+def test_sparse(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact(task=Task.SPARSE, pooling=Pooling.SPLADE)
+    m = load(built.root)
+    texts = ["the cat sat", "w1", "red green blue one"]
+    dense = m.forward_sparse(m.encode(texts))
+    assert dense.shape == (3, len(VOCAB))
+    for row, enc in zip(dense, m.encode(texts), strict=True):
+        tok = built.tokens(enc.ids, enc.type_ids)
+        want = np.log1p(np.maximum(tok @ built.weights.vocab, 0)).max(axis=0)
+        np.testing.assert_allclose(row, want, atol=1e-5)
+    vectors = m.embed_sparse(texts, batch_tokens=5)
+    for vec, row in zip(vectors, dense, strict=True):
+        assert vec.indices == np.flatnonzero(row > 0).tolist()
+        np.testing.assert_allclose(vec.values, row[row > 0], atol=1e-5)
+    with pytest.raises(ValidationError, match="SPLADE"):
+        m.embed(["cat"])
+
+
+def test_io_binding_path_runs_on_cpu(embed_artifact: Built) -> None:
+    """The GPU providers bind outputs on the device; on CPU the same code binds to "cpu"."""
+    m = load(embed_artifact.root)
+    bound_choice = ProviderChoice(**{**_fields(m.choice), "io_binding": "cpu"})
+    backend = OrtBackend(m.artifact_dir / m.variant.file, bound_choice)
+    bound = Model(
+        manifest=m.manifest,
+        variant=m.variant,
+        tokenizer=m.tokenizer,
+        backend=backend,
+        choice=bound_choice,
+        max_batch_tokens=m.max_batch_tokens,
+        artifact_dir=m.artifact_dir,
+    )
+    np.testing.assert_allclose(bound.embed(TEXTS), m.embed(TEXTS), atol=1e-6)
+
+
+def _fields(choice: ProviderChoice) -> dict[str, object]:
+    return {f: getattr(choice, f) for f in choice.__struct_fields__}
+
+
+def test_forward_accepts_prebuilt_encodings(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    enc = Encoding(ids=(2, 8, 3), type_ids=(0, 0, 0), offsets=((0, 0),) * 3)
+    np.testing.assert_allclose(m.forward_embed([enc]), m.forward_embed(m.encode(["cat"])))
