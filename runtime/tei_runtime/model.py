@@ -12,8 +12,8 @@ import numpy.typing as npt
 from tei_runtime import pooling
 from tei_runtime.batching import pack
 from tei_runtime.data import Encoding, SparseVector, Token
-from tei_runtime.errors import BackendError, ValidationError
-from tei_runtime.manifest import Manifest, Pooling, Precision, Variant
+from tei_runtime.errors import ValidationError
+from tei_runtime.manifest import Manifest, ManifestError, Pooling, Precision, Task, Variant
 from tei_runtime.providers import ProviderChoice
 from tei_runtime.session import OrtBackend
 from tei_runtime.tokenization import Direction, Input, TextInput, Tokenizer
@@ -53,14 +53,35 @@ class Model:
         self.artifact_dir = artifact_dir
         self.tokenizer = tokenizer
         self._backend = backend
+        graph = artifact_dir / variant.file
         unknown = set(backend.input_names) - KNOWN_INPUTS
         if unknown:
-            raise BackendError(
-                f"the graph wants inputs this runtime cannot build: {sorted(unknown)}"
+            raise ManifestError(f"{graph}: inputs this runtime cannot build: {sorted(unknown)}")
+        if set(backend.input_names) != set(manifest.io.inputs):
+            raise ManifestError(
+                f"{graph}: graph inputs {list(backend.input_names)} differ from the manifest's "
+                f"io.inputs {manifest.io.inputs}"
             )
+        missing = set(manifest.io.outputs) - set(backend.output_names)
+        if missing:
+            raise ManifestError(f"{graph}: lacks the outputs the manifest lists: {sorted(missing)}")
+        if (
+            manifest.task is Task.EMBED
+            and manifest.pooling_in_graph
+            and SENTENCE_EMBEDDING not in backend.output_names
+        ):
+            raise ManifestError(
+                f"{graph}: pooling_in_graph is set but there is no {SENTENCE_EMBEDDING}"
+            )
+        for side in ("padding_side", "truncation_side"):
+            if getattr(manifest, side) not in ("left", "right"):
+                raise ManifestError(f"manifest {side} must be left or right")
         self._inputs = backend.input_names
         self._outputs = frozenset(backend.output_names)
         self._left_pad = manifest.padding_side == "left"
+        self._truncation_side: Direction = "left" if manifest.truncation_side == "left" else "right"
+        self.dimension: int = backend.output_dims.get(SENTENCE_EMBEDDING) or manifest.hidden_size
+        """Width of forward_embed's vectors (before any matryoshka truncation)."""
 
     # ---- tokenization -------------------------------------------------------------------
 
@@ -86,16 +107,19 @@ class Model:
         inputs: Sequence[Input],
         *,
         truncate: bool = True,
-        truncation_direction: Direction = "right",
+        truncation_direction: Direction | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
         add_special_tokens: bool = True,
     ) -> list[Encoding]:
-        """Tokenize: strings, (query, passage) pairs, or token id lists used as they are."""
+        """Tokenize: strings, (query, passage) pairs, or token id lists used as they are.
+
+        truncation_direction None means the manifest's truncation_side.
+        """
         return self.tokenizer.encode(
             inputs,
             truncate=truncate,
-            truncation_direction=truncation_direction,
+            truncation_direction=truncation_direction or self._truncation_side,
             prefix=self._prefix(prompt_name, prompt),
             add_special_tokens=add_special_tokens,
         )
@@ -229,7 +253,7 @@ class Model:
         normalize: bool = True,
         dimensions: int | None = None,
         truncate: bool = True,
-        truncation_direction: Direction = "right",
+        truncation_direction: Direction | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
         batch_tokens: int | None = None,
@@ -243,7 +267,7 @@ class Model:
             prompt=prompt,
         )
         rows = self._map(encodings, _rows(self.forward_embed), batch_tokens)
-        out = self._stack(rows, self.manifest.hidden_size)
+        out = self._stack(rows, self.dimension)
         out = pooling.truncate_dimensions(out, dimensions)
         return pooling.normalize(out) if normalize else out
 
@@ -252,7 +276,7 @@ class Model:
         texts: Sequence[Input],
         *,
         truncate: bool = True,
-        truncation_direction: Direction = "right",
+        truncation_direction: Direction | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
         batch_tokens: int | None = None,
@@ -272,7 +296,7 @@ class Model:
         texts: Sequence[Input],
         *,
         truncate: bool = True,
-        truncation_direction: Direction = "right",
+        truncation_direction: Direction | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
         batch_tokens: int | None = None,
@@ -296,7 +320,7 @@ class Model:
         *,
         raw_scores: bool = False,
         truncate: bool = True,
-        truncation_direction: Direction = "right",
+        truncation_direction: Direction | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
         batch_tokens: int | None = None,

@@ -77,6 +77,11 @@ class OrtBackend:
             )
         self.input_names: tuple[str, ...] = tuple(i.name for i in self._session.get_inputs())
         self.output_names: tuple[str, ...] = tuple(o.name for o in self._session.get_outputs())
+        # Static last dimension of each output (None when symbolic), e.g. a Dense layer's width.
+        self.output_dims: dict[str, int | None] = {
+            o.name: o.shape[-1] if o.shape and isinstance(o.shape[-1], int) else None
+            for o in self._session.get_outputs()
+        }
         self.active_providers: tuple[str, ...] = tuple(active)
 
     def run(

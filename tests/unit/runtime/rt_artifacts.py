@@ -94,6 +94,9 @@ class Spec:
     inputs: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
     pooling_in_graph: bool = False
     padding_side: str = "right"
+    truncation_side: str = "right"
+    manifest_inputs: tuple[str, ...] | None = None
+    """io.inputs to write when it should differ from the graph's (to test the check)."""
     max_input_length: int = 16
     labels: int = LABELS
     precisions: tuple[Precision, ...] = (Precision.FP32,)
@@ -263,13 +266,13 @@ def write_artifact(root: Path, spec: Spec, seed: int = 0) -> Built:
         max_input_length=spec.max_input_length,
         hidden_size=HIDDEN,
         pooling_in_graph=spec.pooling_in_graph,
-        io=IoNames(inputs=list(spec.inputs), outputs=outputs),
+        io=IoNames(inputs=list(spec.manifest_inputs or spec.inputs), outputs=outputs),
         labels={i: f"LABEL_{i}" for i in range(spec.labels)}
         if spec.task in (Task.RERANK, Task.CLASSIFY)
         else {},
         prompts=Prompts(prompts=spec.prompts, default_prompt_name=spec.default_prompt_name),
         padding_side=spec.padding_side,
-        truncation_side="right",
+        truncation_side=spec.truncation_side,
         opset=17,
         toolchain=Toolchain(
             tei_onnx="0", torch="none", transformers="none", onnx=onnx.__version__, onnxruntime="x"

@@ -80,3 +80,14 @@ def test_bad_load_arguments(make_artifact: ArtifactFactory) -> None:
         load(root, intra_op_threads=0)
     with pytest.raises(ProviderError, match="max_batch_tokens"):
         load(root, max_batch_tokens=0)
+
+
+def test_graph_and_manifest_inputs_must_agree(make_artifact: ArtifactFactory) -> None:
+    built = make_artifact(manifest_inputs=("input_ids", "attention_mask"))
+    with pytest.raises(ManifestError, match=r"model\.fp32\.onnx: graph inputs"):
+        load(built.root)
+
+
+def test_bad_padding_side_is_refused(make_artifact: ArtifactFactory) -> None:
+    with pytest.raises(ManifestError, match="padding_side"):
+        load(make_artifact(padding_side="middle").root)

@@ -226,3 +226,9 @@ def test_forward_accepts_prebuilt_encodings(embed_artifact: Built) -> None:
     m = load(embed_artifact.root)
     enc = Encoding(ids=(2, 8, 3), type_ids=(0, 0, 0), offsets=((0, 0),) * 3)
     np.testing.assert_allclose(m.forward_embed([enc]), m.forward_embed(m.encode(["cat"])))
+
+
+def test_dimension_follows_the_dense_layer(make_artifact: ArtifactFactory) -> None:
+    m = load(make_artifact(pooling_in_graph=True).root)
+    assert m.dimension == 6
+    assert m.embed([]).shape == (0, 6)

@@ -184,3 +184,11 @@ def test_decode(embed_artifact: Built) -> None:
     ids = [[CLS, VOCAB["cat"], VOCAB["sat"], SEP]]
     assert m.decode(ids) == ["cat sat"]
     assert m.decode(ids, skip_special_tokens=False) == ["[CLS] cat sat [SEP]"]
+
+
+def test_default_truncation_direction_comes_from_the_manifest(
+    make_artifact: ArtifactFactory,
+) -> None:
+    m = load(make_artifact(truncation_side="left").root)
+    assert m.encode([words(30)])[0].ids == (CLS, *ids_of(30)[-14:], SEP)
+    assert m.encode([words(30)], truncation_direction="right")[0].ids == (CLS, *ids_of(14), SEP)
