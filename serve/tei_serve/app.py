@@ -12,8 +12,8 @@ from importlib import metadata
 
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
-from tei_runtime.manifest import Task
 
+from tei_runtime.manifest import Task
 from tei_serve.errors import make_exception_handler
 from tei_serve.infer import Infer
 from tei_serve.metrics import Metrics

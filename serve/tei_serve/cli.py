@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 import uvicorn
+
 from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import ManifestError, Task
-
 from tei_serve.app import Server, build_app
 from tei_serve.model import ModelLike
 from tei_serve.model_source import ModelSourceError, resolve
@@ -117,10 +119,22 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
 
 
 def serve(server: Server) -> bool:
-    """Serve until SIGTERM/SIGINT; False when the server could not start."""
+    """Serve until SIGTERM/SIGINT; False when the server could not start.
+
+    uvicorn re-raises the signal it caught once it has shut down gracefully, to the handler
+    that was there before it; that handler is a no-op here, so the process exits 0 as TEI's
+    does after a graceful shutdown.
+    """
     uv = uvicorn.Server(uvicorn_config(server))
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _after_shutdown)
     uv.run()
     return bool(uv.started)
+
+
+def _after_shutdown(signum: int, _frame: object) -> None:
+    log.info("shut down after %s", signal.Signals(signum).name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from tei_runtime import errors as rt_errors
 from tei_runtime.data import Encoding
-
 from tei_serve.errors import (
     BackendError,
     OverloadedError,

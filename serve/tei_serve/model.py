@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
 from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import Manifest
 

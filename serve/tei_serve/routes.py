@@ -20,9 +20,9 @@ from litestar import Request, Response, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
+
 from tei_runtime import errors as rt_errors
 from tei_runtime.manifest import Task
-
 from tei_serve.errors import (
     BatchSizeError,
     BodyError,

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tei_runtime.data import Encoding
-
 from tei_serve.batcher import Batch, Batcher, Entry
 from tei_serve.errors import BackendError, UnhealthyError
 from tei_serve.metrics import Metrics

@@ -21,6 +21,7 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_model import FakeModel, write_tokenizer
+
 from tei_runtime.manifest import Task
 from tei_serve.app import Server
 from tei_serve.cli import uvicorn_config

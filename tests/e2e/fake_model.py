@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
 from tei_runtime import errors as rt_errors
 from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import (

@@ -8,11 +8,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_model import FakeModel  # noqa: E402
+from fake_model import FakeModel
 
-from tei_serve.app import Server  # noqa: E402
-from tei_serve.cli import serve  # noqa: E402
-from tei_serve.settings import Settings  # noqa: E402
+from tei_serve.app import Server
+from tei_serve.cli import serve
+from tei_serve.settings import Settings
 
 model = FakeModel(Path(sys.argv[1]))
 model.delay = float(sys.argv[3])

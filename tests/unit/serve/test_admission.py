@@ -13,9 +13,8 @@ def test_permits_all_or_nothing_and_released() -> None:
     p = Permits(4)
     with p.take(3):
         assert p.available == 1
-        with pytest.raises(OverloadedError):
-            with p.take(2):
-                pass
+        with pytest.raises(OverloadedError), p.take(2):
+            pass
         assert p.available == 1
         with p.take(1):
             assert p.available == 0

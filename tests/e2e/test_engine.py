@@ -1,0 +1,161 @@
+"""Engine behaviour over real HTTP: overload, batching, client disconnect, SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+from conftest import Running
+
+from tei_runtime.manifest import Task
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_overload_429_nothing_else_fails(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED, max_concurrent_requests=4)
+    r.model.delay = 0.05
+
+    def call(i: int) -> httpx.Response:
+        with httpx.Client(base_url=r.url, timeout=30) as c:
+            return c.post("/embed", json={"inputs": [f"hello {i}", "world"]})
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(call, range(48)))
+    codes = [x.status_code for x in results]
+    assert set(codes) <= {200, 429}, codes
+    assert 200 in codes and 429 in codes
+    for x in results:
+        if x.status_code == 429:
+            assert x.json() == {"error": "Model is overloaded", "error_type": "Overloaded"}
+    assert r.server.infer.permits.available == 4
+    metrics = r.client.get("/metrics").text
+    assert f'te_request_failure{{err="overloaded"}} {codes.count(429)}' in metrics
+
+
+def test_overload_is_immediate(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED, max_concurrent_requests=2)
+    r.model.gate.clear()
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(r.client.post, "/embed", json={"inputs": ["a", "b"]})
+        _wait(r.model.running.is_set)
+        with httpx.Client(base_url=r.url, timeout=5) as c:
+            t0 = time.monotonic()
+            assert c.post("/embed", json={"inputs": "x"}).status_code == 429
+            assert time.monotonic() - t0 < 1.0
+            assert c.post("/tokenize", json={"inputs": "x"}).status_code == 200  # no permit
+        r.model.gate.set()
+        assert held.result().status_code == 200
+
+
+def test_requests_are_batched(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED)
+    r.model.gate.clear()
+    with ThreadPoolExecutor(12) as pool:
+        futs = [pool.submit(httpx.post, f"{r.url}/embed", json={"inputs": f"hello {i}"},
+                            timeout=30) for i in range(12)]
+        worker = r.server.worker
+        # one batch runs (held at the gate), one is prefetched, the rest wait in the queue
+        _wait(lambda: len(worker.batcher) + len(worker._slot or []) == 11)
+        r.model.gate.set()
+        assert all(f.result().status_code == 200 for f in futs)
+    assert sum(r.model.batches) == 12
+    assert len(r.model.batches) <= 3
+
+
+def test_max_batch_requests(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED, max_batch_requests=3)
+    r.model.gate.clear()
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(r.client.post, "/embed", json={"inputs": ["a"] * 10})
+        _wait(lambda: r.model.running.is_set())
+        r.model.gate.set()
+        assert fut.result().status_code == 200
+    assert max(r.model.batches) <= 3 and sum(r.model.batches) == 10
+
+
+def test_client_disconnect_drops_entries(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED, max_concurrent_requests=8)
+    r.model.gate.clear()
+    with ThreadPoolExecutor(1) as pool:
+        blocker = pool.submit(r.client.post, "/embed", json={"inputs": "a"})
+        _wait(r.model.running.is_set)
+        try:
+            httpx.post(f"{r.url}/embed", json={"inputs": ["b", "c", "d"]}, timeout=0.5)
+        except httpx.TimeoutException:
+            pass
+        else:  # pragma: no cover
+            raise AssertionError("expected the request to be pending")
+        _wait(lambda: r.server.infer.permits.available == 7)  # the leaver's permits are back
+        r.model.gate.set()
+        assert blocker.result().status_code == 200
+    _wait(lambda: 'te_request_failure{err="dropped"} 3' in r.client.get("/metrics").text)
+    assert r.model.batches == [1]  # the leaver's entries never ran
+    assert r.client.post("/embed", json={"inputs": "e"}).status_code == 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "serve_fake.py"), str(tokenizer_json),
+         str(port), "0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/health", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        _wait(up, timeout=30)
+        results: list[int] = []
+        lock = threading.Lock()
+
+        def call(i: int) -> None:
+            resp = httpx.post(f"{url}/embed", json={"inputs": f"hello {i}"}, timeout=30)
+            with lock:
+                results.append(resp.status_code)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        _wait(lambda: 'te_request_count{method="single"} 8'
+              in httpx.get(f"{url}/metrics", timeout=5).text)  # all eight accepted
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=30)
+        assert results == [200] * 8
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert "served" in out
+        try:
+            httpx.get(f"{url}/health", timeout=1)
+        except httpx.TransportError:
+            pass
+        else:  # pragma: no cover
+            raise AssertionError("server still accepting after SIGTERM")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
