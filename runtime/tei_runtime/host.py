@@ -139,9 +139,14 @@ def nvidia_gpus(root: Path = Path("/"), env: Mapping[str, str] | None = None) ->
         # CUDA stops at the first invalid entry; "-1" or "" hides every GPU.
         kept: list[str] = []
         for v in wanted:
-            if not v.isdigit() or int(v) >= len(names):
+            if v.startswith(("GPU-", "MIG-")) and names:
+                # A UUID (MIG slices are named this way); the driver's list gives no UUIDs
+                # to match, and a host's GPUs are almost always one model.
+                kept.append(names[0])
+            elif v.isdigit() and int(v) < len(names):
+                kept.append(names[int(v)])
+            else:
                 break
-            kept.append(names[int(v)])
         names = kept
     return tuple(names)
 

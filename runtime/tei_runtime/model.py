@@ -14,7 +14,7 @@ from tei_runtime.batching import pack
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import ValidationError
 from tei_runtime.manifest import Manifest, ManifestError, Pooling, Precision, Task, Variant
-from tei_runtime.providers import ProviderChoice
+from tei_runtime.providers import Device, ProviderChoice
 from tei_runtime.session import OrtBackend
 from tei_runtime.tokenization import Direction, Input, TextInput, Tokenizer
 
@@ -26,6 +26,9 @@ TOKEN_EMBEDDINGS = "token_embeddings"
 SENTENCE_EMBEDDING = "sentence_embedding"
 SPARSE_EMBEDDING = "sparse_embedding"
 LOGITS = "logits"
+# CPU runs fastest on small batches: all-MiniLM-L6-v2 on 2 cores did ~95 texts/s packed
+# by 1024 tokens against ~48 by 16384 (the cache, not padding: batches are length-sorted).
+CPU_BATCH_TOKENS = 1024
 KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids", "position_ids"})
 
 
@@ -50,6 +53,12 @@ class Model:
         self.precision: Precision = choice.precision
         self.max_input_length: int = manifest.max_input_length
         self.max_batch_tokens = max_batch_tokens
+        self.default_batch_tokens = (
+            min(max_batch_tokens, CPU_BATCH_TOKENS)
+            if choice.device in (Device.CPU, Device.OPENVINO)
+            else max_batch_tokens
+        )
+        """Token budget of the high-level calls (embed, predict ...) when none is given."""
         self.artifact_dir = artifact_dir
         self.tokenizer = tokenizer
         self._backend = backend
@@ -234,7 +243,7 @@ class Model:
         batch_tokens: int | None,
     ) -> list[T]:
         """Run `forward` over budget-packed, length-sorted batches; results in input order."""
-        budget = batch_tokens if batch_tokens is not None else self.max_batch_tokens
+        budget = batch_tokens if batch_tokens is not None else self.default_batch_tokens
         results: list[T | None] = [None] * len(encodings)
         for indices in pack([len(e) for e in encodings], budget):
             for i, value in zip(indices, forward([encodings[i] for i in indices]), strict=True):

@@ -52,6 +52,12 @@ def _ids(item: object) -> tuple[int, ...]:
     return ids
 
 
+def _require_batch(inputs: object) -> None:
+    # A bare string is a Sequence[str] too; iterating it would embed each character.
+    if isinstance(inputs, str | bytes):
+        raise ValidationError("`inputs` must be a list of inputs, not a single string")
+
+
 def cut_point(text: str, budget: int, direction: Direction) -> str:
     """Keep about `budget` chars at the kept end, cutting at whitespace where one is near."""
     if len(text) <= budget:
@@ -122,6 +128,7 @@ class Tokenizer:
         add_special_tokens: bool = True,
     ) -> list[Encoding]:
         """Tokenize a batch. `prefix` (a prompt) goes before each text and each pair's query."""
+        _require_batch(inputs)
         if truncation_direction not in ("left", "right"):
             raise ValidationError(
                 f"`truncation_direction` must be left or right. Given: {truncation_direction}"
@@ -183,6 +190,7 @@ class Tokenizer:
         prefix: str | None = None,
     ) -> list[list[Token]]:
         """TEI's /tokenize view: no truncation, byte offsets into the (prompted) input."""
+        _require_batch(inputs)
         texts: list[TextInput] = []
         for item in inputs:
             if isinstance(item, str):

@@ -73,6 +73,8 @@ def test_nvidia_gpus_from_proc_and_visible_devices(tmp_path: Path) -> None:
     assert nvidia_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": ""}) == ()
     assert nvidia_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "-1"}) == ()
     assert nvidia_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == ("NVIDIA H200",)
+    mig = {"CUDA_VISIBLE_DEVICES": "MIG-4f9e1a2b-0000-1111-2222-333344445555"}
+    assert nvidia_gpus(tmp_path, mig) == ("NVIDIA H200",)
 
 
 def test_nvidia_gpu_from_device_node_only(tmp_path: Path) -> None:

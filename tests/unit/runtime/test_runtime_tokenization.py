@@ -192,3 +192,11 @@ def test_default_truncation_direction_comes_from_the_manifest(
     m = load(make_artifact(truncation_side="left").root)
     assert m.encode([words(30)])[0].ids == (CLS, *ids_of(30)[-14:], SEP)
     assert m.encode([words(30)], truncation_direction="right")[0].ids == (CLS, *ids_of(14), SEP)
+
+
+def test_a_bare_string_is_not_a_batch(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    with pytest.raises(ValidationError, match="list"):
+        m.encode("cat")
+    with pytest.raises(ValidationError, match="list"):
+        m.tokenize("cat")
