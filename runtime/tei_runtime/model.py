@@ -14,7 +14,7 @@ from tei_runtime.batching import pack
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import ValidationError
 from tei_runtime.manifest import Manifest, ManifestError, Pooling, Precision, Task, Variant
-from tei_runtime.providers import Device, ProviderChoice
+from tei_runtime.providers import TRT_MAX_BATCH, Device, ProviderChoice
 from tei_runtime.session import OrtBackend
 from tei_runtime.tokenization import Direction, Input, TextInput, Tokenizer
 
@@ -59,6 +59,11 @@ class Model:
             else max_batch_tokens
         )
         """Token budget of the high-level calls (embed, predict ...) when none is given."""
+        self.max_batch_rows: int | None = (
+            TRT_MAX_BATCH if choice.device is Device.TENSORRT else None
+        )
+        """Most entries one forward may hold (TensorRT's optimisation profiles end there);
+        None when only the token budget limits a batch."""
         self.artifact_dir = artifact_dir
         self.tokenizer = tokenizer
         self._backend = backend
@@ -245,8 +250,9 @@ class Model:
         """Run `forward` over budget-packed, length-sorted batches; results in input order."""
         budget = batch_tokens if batch_tokens is not None else self.default_batch_tokens
         results: list[T | None] = [None] * len(encodings)
-        for indices in pack([len(e) for e in encodings], budget):
-            for i, value in zip(indices, forward([encodings[i] for i in indices]), strict=True):
+        for indices in pack([len(e) for e in encodings], budget, max_rows=self.max_batch_rows):
+            batch = [encodings[i] for i in indices]
+            for i, value in zip(indices, forward(batch), strict=True):
                 results[i] = value
         return [r for r in results if r is not None]
 

@@ -28,3 +28,7 @@ def test_entry_over_budget_runs_alone_and_empty_entries_count_as_one() -> None:
 def test_pack_rejects_non_positive_budget() -> None:
     with pytest.raises(ValueError, match="budget"):
         pack([1], budget=0)
+
+
+def test_pack_caps_rows() -> None:
+    assert pack([1] * 5, budget=100, max_rows=2) == [[0, 1], [2, 3], [4]]
