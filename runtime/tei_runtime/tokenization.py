@@ -7,6 +7,7 @@ race when the server tokenizes on several threads.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias
@@ -41,8 +42,9 @@ def _is_pair(item: object) -> bool:
 
 def _ids(item: object) -> tuple[int, ...]:
     try:
-        ids = tuple(int(i) for i in item)  # type: ignore[attr-defined]
-    except (TypeError, ValueError) as e:
+        # operator.index takes ints and numpy integers, and refuses floats and strings.
+        ids = tuple(operator.index(i) for i in item)  # type: ignore[attr-defined]
+    except TypeError as e:
         raise ValidationError(
             "each input must be a string, a (query, passage) pair of strings or a list of "
             f"token ids; got {type(item).__name__}"

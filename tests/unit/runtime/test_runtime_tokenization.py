@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 from rt_artifacts import VOCAB, ArtifactFactory, Built
 
@@ -90,6 +91,9 @@ def test_id_inputs_are_used_as_is_and_truncated(embed_artifact: Built) -> None:
         m.encode([[10_000]])
     with pytest.raises(ValidationError, match="string"):
         m.encode([3.5])  # type: ignore[list-item]
+    with pytest.raises(ValidationError, match="token ids"):
+        m.encode([[1.5, 2.0]])  # type: ignore[list-item]
+    assert m.encode([np.array([5, 6])])[0].ids == (5, 6)
 
 
 def test_mixed_batch_keeps_order(embed_artifact: Built) -> None:
