@@ -53,6 +53,8 @@ class ProviderSpec(msgspec.Struct, frozen=True, kw_only=True):
     device: Device
     package: str
     """The pip package whose onnxruntime build has this provider."""
+    also: str = ""
+    """What else the provider needs installed, for the error message."""
     gpu: Gpu
     precisions: tuple[Precision, ...]
     """Precisions this provider may run, the one `dtype="auto"` wants first."""
@@ -65,7 +67,8 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
     ProviderSpec(
         name="TensorrtExecutionProvider",
         device=Device.TENSORRT,
-        package="onnxruntime-gpu (with the TensorRT libraries: tensorrt-cu12)",
+        package="onnxruntime-gpu",
+        also=" and the TensorRT libraries (pip install tensorrt-cu12)",
         gpu=Gpu.NVIDIA,
         precisions=(Precision.FP16, Precision.FP32),
         io_binding="cuda",
@@ -180,16 +183,12 @@ def _hardware_missing(spec: ProviderSpec, host: Host) -> str | None:
 
 def _missing_build(spec: ProviderSpec, host: Host) -> str:
     have = ", ".join(host.providers) or "none"
-    extra = ""
-    if spec.package.startswith("onnxruntime-"):
-        extra = (
-            f" (it replaces the plain onnxruntime package: pip uninstall onnxruntime, then "
-            f"pip install {spec.package.split(' ')[0]})"
-        )
+    # The GPU/OpenVINO builds ship the same `onnxruntime` module, so they replace the CPU one.
+    install = f"pip uninstall onnxruntime && pip install {spec.package}"
     return (
         f"device={spec.device.value} needs {spec.name}, which this onnxruntime build "
         f"({host.onnxruntime_version}) does not have (it has: {have}); install "
-        f"{spec.package}{extra}"
+        f"{spec.package} in place of onnxruntime ({install}){spec.also}"
     )
 
 

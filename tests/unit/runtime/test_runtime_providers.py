@@ -58,7 +58,7 @@ def test_table_order_and_packages() -> None:
     assert packages[Device.CUDA] == "onnxruntime-gpu"
     assert packages[Device.ROCM] == "onnxruntime-rocm"
     assert packages[Device.OPENVINO] == "onnxruntime-openvino"
-    assert "onnxruntime-gpu" in packages[Device.TENSORRT]
+    assert packages[Device.TENSORRT] == "onnxruntime-gpu"
 
 
 def test_cpu_only_host_auto_is_cpu_fp32_with_quota_threads() -> None:
@@ -180,6 +180,11 @@ def test_missing_provider_names_the_package(device: str, package: str) -> None:
     with pytest.raises(ProviderError, match=package) as info:
         choose(host(gpus=("A",), amd=True, trt="10"), pref(device))
     assert "CPUExecutionProvider" in str(info.value)  # says what the build does have
+
+
+def test_missing_tensorrt_build_also_names_the_tensorrt_libraries() -> None:
+    with pytest.raises(ProviderError, match="tensorrt-cu12"):
+        choose(host(gpus=("A",), trt="10"), pref("tensorrt"))
 
 
 def test_cuda_build_present_but_no_gpu_is_an_error() -> None:
