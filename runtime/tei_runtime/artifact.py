@@ -51,4 +51,6 @@ def verify_tokenizer(artifact: Artifact) -> Path:
 def verify_variant(artifact: Artifact, variant: Variant) -> Path:
     path = artifact.root / variant.file
     verify_file(path, variant.sha256)
+    for name, digest in variant.external_data.items():
+        verify_file(artifact.root / name, digest)
     return path

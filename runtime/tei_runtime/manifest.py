@@ -63,6 +63,9 @@ class Variant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     fused_ops: dict[str, int]
     """Operator type -> count in the graph, for the fused ops the exporter looks for."""
     validation: Validation
+    external_data: dict[str, str] = msgspec.field(default_factory=dict)
+    """External-data files the graph loads (graphs over ~1.5 GB): file name -> sha256.
+    Added by the runtime's owner; the runtime verifies each before loading the graph."""
 
 
 class IoNames(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -91,3 +91,27 @@ def test_graph_and_manifest_inputs_must_agree(make_artifact: ArtifactFactory) ->
 def test_bad_padding_side_is_refused(make_artifact: ArtifactFactory) -> None:
     with pytest.raises(ManifestError, match="padding_side"):
         load(make_artifact(padding_side="middle").root)
+
+
+def test_external_data_files_are_verified(make_artifact: ArtifactFactory) -> None:
+    import msgspec
+
+    from tei_runtime.checksum import sha256_file
+    from tei_runtime.manifest import decode_manifest, encode_manifest
+
+    built = make_artifact()
+    data = built.root / "model.fp32.onnx.data"
+    data.write_bytes(b"weights")
+    path = built.root / "manifest.json"
+    manifest = decode_manifest(path.read_bytes())
+    variant = msgspec.structs.replace(
+        manifest.variants[0], external_data={data.name: sha256_file(data)}
+    )
+    path.write_bytes(encode_manifest(msgspec.structs.replace(manifest, variants=[variant])))
+    load(built.root)
+    data.write_bytes(b"other weights")
+    with pytest.raises(ManifestError, match=r"model\.fp32\.onnx\.data: sha256 mismatch"):
+        load(built.root)
+    data.unlink()
+    with pytest.raises(ManifestError, match=r"model\.fp32\.onnx\.data: missing"):
+        load(built.root)
