@@ -108,7 +108,7 @@ def export_model(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    progress.summary(manifest, str(output_dir))
+    progress.summary(manifest, output_dir)
     return output_dir
 
 

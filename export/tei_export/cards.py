@@ -60,6 +60,9 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     padding_side: str = "right"
     decoder: bool = False
     """Causal decoders: exported under optimum's export patches, fed position_ids."""
+    attn_implementation: str = "eager"
+    """transformers attention implementation traced into the graph: the one whose ONNX pattern
+    onnxruntime's optimizer fuses for this family (eager for BERT-likes, sdpa for DistilBERT)."""
     aliases: Aliases = msgspec.field(default_factory=Aliases)
     fusion: Fusion
     tolerance: Tolerance = msgspec.field(default_factory=Tolerance)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -30,6 +33,19 @@ FP16_KEEP_FP32 = [
 ]
 
 
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    # onnxruntime.quantization logs type-inference chatter on the root logger; the validation
+    # step, not these messages, decides whether the variant is good.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def to_fp16(src: Path, dst: Path) -> None:
     from onnxruntime.transformers.onnx_model import OnnxModel
 
@@ -46,12 +62,13 @@ def to_int8(src: Path, dst: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     try:
-        quantize_dynamic(
-            str(src),
-            str(dst),
-            weight_type=QuantType.QUInt8,
-            per_channel=True,
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
+        with _quiet_root_logger():
+            quantize_dynamic(
+                str(src),
+                str(dst),
+                weight_type=QuantType.QUInt8,
+                per_channel=True,
+                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
     except (RuntimeError, ValueError) as e:
         raise ExportError(f"int8 quantization failed: {e}") from e

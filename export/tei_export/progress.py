@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -29,15 +30,16 @@ class Progress:
     def note(self, text: str) -> None:
         self.console.print(f"[yellow]![/yellow] {text}")
 
-    def summary(self, manifest: Manifest, where: str) -> None:
+    def summary(self, manifest: Manifest, where: Path) -> None:
         table = Table(title=f"{manifest.architecture} -> {where}")
         for column in ("variant", "size MB", "fused ops", "min cosine", "max abs err", "tol"):
             table.add_column(column)
         for v in manifest.variants:
             ops = ", ".join(f"{op} {n}" for op, n in sorted(v.fused_ops.items()))
+            size_mb = (where / v.file).stat().st_size / 1e6
             table.add_row(
                 v.precision.value,
-                "",
+                f"{size_mb:.1f}",
                 ops,
                 f"{v.validation.min_cosine:.6f}",
                 f"{v.validation.max_abs_err:.2e}",

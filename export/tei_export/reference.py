@@ -76,14 +76,13 @@ def _auto_class(head: Head) -> Any:
 
 
 def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False) -> ExportModule:
-    attn = None if plan.card.decoder else "eager"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = _auto_class(plan.head).from_pretrained(
                 str(path),
                 trust_remote_code=trust_remote_code,
-                attn_implementation=attn,
+                attn_implementation=plan.card.attn_implementation,
                 dtype=torch.float32,
             )
     except (OSError, ValueError, RuntimeError) as e:
