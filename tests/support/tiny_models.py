@@ -41,6 +41,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
                     "bos_token_id": CLS, "eos_token_id": SEP, "sliding_window": 16},
 }
 DECODERS = {"qwen2", "qwen3", "mistral", "gemma3_text"}
+# The families whose hub tokenizers return token_type_ids; the others' tokenizer configs
+# narrow model_input_names, as their real tokenizers do.
+WITH_TOKEN_TYPES = {"bert", "deberta-v2"}
 
 
 def _vocab() -> dict[str, int]:
@@ -125,6 +128,8 @@ def build_checkpoint(
         "mask_token": "[MASK]",
         "model_max_length": 120,
         "padding_side": "left" if decoder else "right",
+        "model_input_names": ["input_ids", "attention_mask"]
+        + (["token_type_ids"] if model_type in WITH_TOKEN_TYPES else []),
     }
     (dest / "tokenizer_config.json").write_text(json.dumps(tok_config))
     if st_pooling is not None:

@@ -1,0 +1,279 @@
+"""Model cards, checkpoint reading and export planning: pure logic on JSON files, no torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tei_export.cards import CardError, Head, find_card, load_cards, supported_model_types
+from tei_export.checkpoint import read_checkpoint
+from tei_export.errors import ExportError
+from tei_export.fuse import check_fusion, expected_counts
+from tei_export.plan import detect_task, make_plan
+from tei_runtime.manifest import Pooling, Task
+
+ISSUE_FAMILIES = {
+    "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet", "modernbert",
+    "qwen2", "qwen3", "mistral", "gemma3", "deberta-v2",
+}
+
+
+def test_every_required_family_has_a_card() -> None:
+    families = {card.family for card in load_cards()}
+    assert families >= ISSUE_FAMILIES
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlm-roberta", "modernbert"])
+def test_sequence_classification_heads(family: str) -> None:
+    card = next(c for c in load_cards() if c.family == family)
+    assert Head.SEQUENCE_CLASSIFICATION in card.heads
+
+
+def test_bert_has_the_masked_lm_head_for_splade() -> None:
+    assert Head.MASKED_LM in find_card("bert", "BertForMaskedLM").heads
+
+
+def test_model_types_are_unique_across_cards() -> None:
+    types = [t for card in load_cards() for t in card.model_types]
+    assert len(types) == len(set(types))
+
+
+def test_cards_without_attention_fusion_say_why() -> None:
+    for card in load_cards():
+        expects_attention = any("Attention" in op for op in card.fusion.expected_per_layer)
+        assert expects_attention or card.fusion.attention_unfused_reason, card.family
+
+
+def test_unsupported_architecture_lists_the_supported_ones() -> None:
+    with pytest.raises(CardError) as info:
+        find_card("gpt2", "GPT2Model")
+    message = str(info.value)
+    assert "GPT2Model" in message
+    for model_type in supported_model_types():
+        assert model_type in message
+
+
+@pytest.mark.parametrize(
+    ("architecture", "labels", "pooling", "task"),
+    [
+        ("BertForSequenceClassification", {0: "LABEL_0"}, None, Task.RERANK),
+        ("BertForSequenceClassification", {}, None, Task.RERANK),
+        ("RobertaForSequenceClassification", {0: "neg", 1: "pos"}, None, Task.CLASSIFY),
+        ("BertForMaskedLM", {}, Pooling.SPLADE, Task.SPARSE),
+        ("BertForMaskedLM", {}, None, Task.EMBED),
+        ("BertModel", {}, Pooling.MEAN, Task.EMBED),
+        ("Qwen3ForCausalLM", {}, Pooling.LAST_TOKEN, Task.EMBED),
+    ],
+)
+def test_detect_task_follows_tei(
+    architecture: str, labels: dict[int, str], pooling: Pooling | None, task: Task
+) -> None:
+    assert detect_task(architecture, labels, pooling) is task
+
+
+def test_splade_needs_a_masked_lm() -> None:
+    with pytest.raises(ExportError, match="ForMaskedLM"):
+        detect_task("BertModel", {}, Pooling.SPLADE)
+
+
+def _folder(
+    root: Path,
+    config: dict[str, object],
+    *,
+    tokenizer: bool = True,
+    files: dict[str, object] | None = None,
+) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(config))
+    if tokenizer:
+        (root / "tokenizer.json").write_text("{}")
+    for name, content in (files or {}).items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(json.dumps(content))
+    return root
+
+
+BERT = {
+    "model_type": "bert",
+    "architectures": ["BertModel"],
+    "hidden_size": 384,
+    "num_attention_heads": 12,
+    "num_hidden_layers": 6,
+    "max_position_embeddings": 512,
+}
+
+
+def _st_files(pooling_key: str, *, dense: bool = False) -> dict[str, object]:
+    modules: list[dict[str, object]] = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.models.Pooling"},
+    ]
+    files: dict[str, object] = {
+        "1_Pooling/config.json": {"word_embedding_dimension": 384, pooling_key: True},
+        "sentence_bert_config.json": {"max_seq_length": 256},
+        "config_sentence_transformers.json": {
+            "prompts": {"query": "query: ", "document": "passage: "},
+            "default_prompt_name": "query",
+        },
+    }
+    if dense:
+        modules.append(
+            {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+        )
+        files["2_Dense/config.json"] = {"in_features": 384, "out_features": 128}
+    modules.append(
+        {"idx": 3, "name": "3", "path": "3_Normalize",
+         "type": "sentence_transformers.models.Normalize"}
+    )
+    files["modules.json"] = modules
+    return files
+
+
+def test_reads_sentence_transformers_files(tmp_path: Path) -> None:
+    folder = _folder(tmp_path / "m", BERT, files=_st_files("pooling_mode_mean_tokens", dense=True))
+    checkpoint = read_checkpoint(folder)
+    assert checkpoint.st_pooling is Pooling.MEAN
+    assert checkpoint.normalize
+    assert checkpoint.max_seq_length == 256
+    assert checkpoint.prompts == {"query": "query: ", "document": "passage: "}
+    assert checkpoint.default_prompt_name == "query"
+    assert [p.name for p in checkpoint.dense_dirs] == ["2_Dense"]
+
+    plan = make_plan(checkpoint)
+    assert plan.task is Task.EMBED
+    assert plan.pooling is Pooling.MEAN
+    assert plan.max_input_length == 256
+    assert plan.hidden_size == 128  # the Dense output, not the encoder's width
+    assert plan.encoder_hidden_size == 384
+    assert plan.outputs == ["token_embeddings", "sentence_embedding"]
+    assert plan.pooling_in_graph
+
+
+@pytest.mark.parametrize(
+    ("key", "pooling"),
+    [
+        ("pooling_mode_cls_token", Pooling.CLS),
+        ("pooling_mode_mean_tokens", Pooling.MEAN),
+        ("pooling_mode_lasttoken", Pooling.LAST_TOKEN),
+    ],
+)
+def test_pooling_modes(tmp_path: Path, key: str, pooling: Pooling) -> None:
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", BERT, files=_st_files(key)))
+    assert checkpoint.st_pooling is pooling
+
+
+def test_pooling_flag_overrides_the_checkpoint(tmp_path: Path) -> None:
+    checkpoint = read_checkpoint(
+        _folder(tmp_path / "m", BERT, files=_st_files("pooling_mode_mean_tokens"))
+    )
+    assert make_plan(checkpoint, pooling=Pooling.CLS).pooling is Pooling.CLS
+
+
+def test_card_default_pooling_without_sentence_transformers_files(tmp_path: Path) -> None:
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", BERT)))
+    assert plan.pooling is find_card("bert", "BertModel").default_pooling
+    assert plan.max_input_length == 512
+    assert not plan.normalize
+
+
+def test_roberta_positions_lose_the_padding_offset(tmp_path: Path) -> None:
+    config = {**BERT, "model_type": "roberta", "architectures": ["RobertaModel"],
+              "max_position_embeddings": 514}
+    assert make_plan(read_checkpoint(_folder(tmp_path / "m", config))).max_input_length == 512
+
+
+def test_distilbert_aliases(tmp_path: Path) -> None:
+    config = {"model_type": "distilbert", "architectures": ["DistilBertModel"], "dim": 768,
+              "n_heads": 12, "n_layers": 6, "max_position_embeddings": 512}
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
+    assert (plan.hidden_size, plan.num_attention_heads, plan.num_hidden_layers) == (768, 12, 6)
+    assert plan.inputs == ["input_ids", "attention_mask"]
+
+
+def test_classifier_keeps_its_labels_and_drops_pooling(tmp_path: Path) -> None:
+    config = {**BERT, "architectures": ["BertForSequenceClassification"],
+              "id2label": {"0": "negative", "1": "neutral", "2": "positive"}}
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
+    assert plan.task is Task.CLASSIFY
+    assert plan.labels == {0: "negative", 1: "neutral", 2: "positive"}
+    assert plan.pooling is None
+    assert plan.outputs == ["logits"]
+
+
+def test_task_override(tmp_path: Path) -> None:
+    config = {**BERT, "architectures": ["BertForMaskedLM"]}
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)), task=Task.SPARSE)
+    assert plan.task is Task.SPARSE
+    assert plan.pooling is Pooling.SPLADE
+    assert plan.outputs == ["sparse_embedding"]
+
+
+def test_head_missing_from_the_card_is_an_error(tmp_path: Path) -> None:
+    config = {**BERT, "model_type": "mpnet", "architectures": ["MPNetForSequenceClassification"]}
+    with pytest.raises(ExportError, match="head is not supported"):
+        make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
+
+
+def test_decoder_padding_side_comes_from_the_tokenizer_config(tmp_path: Path) -> None:
+    config = {"model_type": "qwen3", "architectures": ["Qwen3Model"], "hidden_size": 64,
+              "num_attention_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 256}
+    folder = _folder(tmp_path / "m", config,
+                     files={"tokenizer_config.json": {"padding_side": "right"}})
+    plan = make_plan(read_checkpoint(folder))
+    assert plan.padding_side == "right"
+    assert plan.pooling is Pooling.LAST_TOKEN
+    assert "position_ids" in plan.inputs
+
+
+def test_missing_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"no tokenizer\.json"):
+        read_checkpoint(_folder(tmp_path / "m", BERT, tokenizer=False))
+
+
+def test_missing_config_is_a_clear_error(tmp_path: Path) -> None:
+    tmp_path.joinpath("empty").mkdir()
+    with pytest.raises(ExportError, match=r"no config\.json"):
+        read_checkpoint(tmp_path / "empty")
+
+
+def test_broken_json_names_the_file(tmp_path: Path) -> None:
+    folder = _folder(tmp_path / "m", BERT)
+    (folder / "modules.json").write_text("{not json")
+    with pytest.raises(ExportError, match=r"modules\.json"):
+        read_checkpoint(folder)
+
+
+def test_remote_code_needs_the_flag(tmp_path: Path) -> None:
+    config = {**BERT, "auto_map": {"AutoModel": "modeling_custom.CustomModel"}}
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", config))
+    with pytest.raises(ExportError, match="--trust-remote-code"):
+        make_plan(checkpoint)
+    assert make_plan(checkpoint, trust_remote_code=True).task is Task.EMBED
+
+
+def test_unsupported_model_type_in_a_plan(tmp_path: Path) -> None:
+    config = {**BERT, "model_type": "gpt2", "architectures": ["GPT2Model"]}
+    with pytest.raises(CardError, match="supported model types"):
+        make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
+
+
+def test_fusion_check_counts_per_layer(tmp_path: Path) -> None:
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", BERT)))
+    want = expected_counts(plan)
+    assert want == {"Attention": 6, "SkipLayerNormalization": 12, "EmbedLayerNormalization": 1}
+    check_fusion(plan, {**want, "BiasGelu": 6})
+    with pytest.raises(ExportError, match="Attention 5/6"):
+        check_fusion(plan, {**want, "Attention": 5})
+
+
+def test_fusion_check_refuses_a_graph_without_attention(tmp_path: Path) -> None:
+    config = {**BERT, "model_type": "mpnet", "architectures": ["MPNetModel"]}
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
+    # mpnet's card declares its attention unfused, with a reason: SkipLayerNorm alone passes.
+    check_fusion(plan, expected_counts(plan))
+    bert_plan = make_plan(read_checkpoint(_folder(tmp_path / "b", BERT)))
+    with pytest.raises(ExportError):
+        check_fusion(bert_plan, {"SkipLayerNormalization": 12, "EmbedLayerNormalization": 1})
