@@ -85,7 +85,7 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
                 attn_implementation=plan.card.attn_implementation,
                 dtype=torch.float32,
             )
-    except (OSError, ValueError, RuntimeError) as e:
+    except Exception as e:  # safetensors, pickle and config errors have no common base
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"{path}: cannot load the weights: {reason}") from e
     model.eval()

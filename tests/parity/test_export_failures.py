@@ -1,0 +1,164 @@
+"""The exporter's failure modes, end to end: a clear one-line error and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.tiny_models import build_checkpoint
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tei_export", *args, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _assert_failed_cleanly(
+    result: subprocess.CompletedProcess[str], out: Path, *words: str
+) -> None:
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tei-export: error: ")
+    for word in words:
+        assert word in lines[0]
+    assert not out.exists()
+    siblings = list(out.parent.iterdir()) if out.parent.is_dir() else []
+    leftovers = [p.name for p in siblings if ".partial-" in p.name]
+    assert leftovers == []
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_checkpoint(tmp_path_factory.mktemp("ck") / "bert", "bert", st_pooling="mean")
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_missing_tokenizer_json(tmp_path: Path, tiny_bert: Path) -> None:
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    (checkpoint / "tokenizer.json").unlink()
+    out = tmp_path / "out" / "artifact"
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "tokenizer.json")
+
+
+def test_unsupported_architecture_lists_supported(tmp_path: Path, tiny_bert: Path) -> None:
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    config = json.loads((checkpoint / "config.json").read_text())
+    config.update(model_type="gpt2", architectures=["GPT2Model"])
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out" / "artifact"
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "GPT2Model", "bert", "qwen3")
+
+
+def test_unwritable_output_folder(tmp_path: Path, tiny_bert: Path) -> None:
+    # A file where the parent folder should be: unwritable even for root (CI runs as root).
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    out = blocker / "artifact"
+    result = _cli(str(tiny_bert), str(out))
+    assert result.returncode == 1
+    assert "cannot write to" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_read_only_output_folder(tmp_path: Path, tiny_bert: Path) -> None:
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o500)
+    try:
+        probe = parent / "probe"
+        try:
+            probe.write_text("")
+            probe.unlink()
+            root_ignores_modes = True
+        except PermissionError:
+            root_ignores_modes = False
+        out = parent / "artifact"
+        result = _cli(str(tiny_bert), str(out))
+        if root_ignores_modes:
+            assert result.returncode == 0  # root writes anyway; the export must still succeed
+        else:
+            _assert_failed_cleanly(result, out, "cannot write to")
+    finally:
+        parent.chmod(0o700)
+
+
+def test_corrupted_weights(tmp_path: Path, tiny_bert: Path) -> None:
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    weights = checkpoint / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    weights.write_bytes(bytes(data[: len(data) // 2]))
+    out = tmp_path / "out" / "artifact"
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "cannot load the weights")
+
+
+def test_garbage_weights(tmp_path: Path, tiny_bert: Path) -> None:
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    (checkpoint / "model.safetensors").write_bytes(b"\x00" * 4096)
+    out = tmp_path / "out" / "artifact"
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "cannot load the weights")
+
+
+def test_remote_code_needs_the_flag(tmp_path: Path, tiny_bert: Path) -> None:
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_custom.CustomModel"}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out" / "artifact"
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "--trust-remote-code")
+
+
+def test_existing_output_needs_overwrite(tmp_path: Path, tiny_bert: Path) -> None:
+    out = tmp_path / "artifact"
+    first = _cli(str(tiny_bert), str(out), "--variants", "fp32")
+    assert first.returncode == 0, first.stderr
+    manifest = (out / "manifest.json").read_bytes()
+    second = _cli(str(tiny_bert), str(out), "--variants", "fp32")
+    assert second.returncode == 1
+    assert "--overwrite" in second.stderr
+    assert (out / "manifest.json").read_bytes() == manifest
+    third = _cli(str(tiny_bert), str(out), "--variants", "fp32,int8", "--overwrite")
+    assert third.returncode == 0, third.stderr
+    files = sorted(p.name for p in out.glob("*.onnx"))
+    assert files == ["model.fp32.onnx", "model.int8.onnx"]
+
+
+def test_failure_after_tracing_leaves_nothing(tmp_path: Path, tiny_bert: Path) -> None:
+    """A tolerance nobody can meet fails validation, the last stage: still nothing is left."""
+    from tei_export import api
+    from tei_export.errors import ExportError
+
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    out = tmp_path / "out" / "artifact"
+    original = api.validate.validate
+
+    def failing(*args: object, **kwargs: object) -> object:
+        original(*args, **kwargs)  # type: ignore[arg-type]
+        raise ExportError("fp32: min cosine under tolerance")
+
+    api.validate.validate = failing  # type: ignore[assignment]
+    try:
+        with pytest.raises(ExportError):
+            api.export_model(str(checkpoint), out, quiet=True, precisions=["fp32"])
+    finally:
+        api.validate.validate = original
+    assert not out.exists()
+    assert [p.name for p in out.parent.iterdir()] == []
