@@ -1,0 +1,78 @@
+"""tei-export's command line: documented options, argument parsing, one-line failures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from tei_export.cards import supported_model_types
+from tei_export.cli import main, parser
+from tei_runtime.manifest import Precision
+
+
+def _options(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in p._actions if not isinstance(a, argparse._HelpAction)]
+
+
+def test_every_option_is_documented_in_help() -> None:
+    p = parser()
+    text = p.format_help()
+    for action in _options(p):
+        assert action.help, f"{action.dest} has no help text"
+        for flag in action.option_strings:
+            assert flag in text
+    for model_type in supported_model_types():
+        assert model_type in text
+
+
+def test_variants_parse_and_default_to_all_three() -> None:
+    p = parser()
+    assert p.parse_args(["m", "out"]).variants == [Precision.FP32, Precision.FP16, Precision.INT8]
+    assert p.parse_args(["m", "out", "--variants", "int8, fp32"]).variants == [
+        Precision.INT8,
+        Precision.FP32,
+    ]
+
+
+def test_unknown_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse_args(["m", "out", "--variants", "fp8"])
+    assert exit_info.value.code == 2
+    assert "choose from fp32, fp16, int8" in capsys.readouterr().err
+
+
+def test_hf_token_and_cache_default_from_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(tmp_path))
+    args = parser().parse_args(["m", "out"])
+    assert args.hf_token == "hf_secret"
+    assert Path(args.cache_dir) == tmp_path
+
+
+def test_missing_local_folder_fails_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-checkpoint"
+    assert main([str(missing), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("tei-export: error:") and str(missing) in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_uncached_hub_id_offline_fails_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import huggingface_hub.constants
+
+    # The constant is read once at import; set both so test order does not matter.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    code = main(["someone/not-cached", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")])
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not in the hub cache" in err[0]
