@@ -1,13 +1,19 @@
-"""The server over the real runtime and real exported artifacts (fixtures in tests/conftest.py).
+"""Every route over real HTTP on loopback, served from real exported artifacts.
 
-Skipped until the lead's session fixtures (`minilm_artifact`, `tiny_*_artifact`) exist.
+The artifacts come from the session fixtures in tests/conftest.py: the real all-MiniLM-L6-v2
+and tiny random-weight BERT reranker, classifier and SPLADE checkpoints. Each response body is
+checked against TEI's OpenAPI schema and its numbers against `tei_runtime` called in-process.
 """
 
 from __future__ import annotations
 
+import base64
+import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from conftest import Running, start
@@ -17,64 +23,194 @@ import tei_runtime
 
 pytestmark = pytest.mark.slow
 
-
-def _artifact(request: pytest.FixtureRequest, name: str) -> Path:
-    try:
-        path = request.getfixturevalue(name)
-    except pytest.FixtureLookupError:
-        pytest.skip(f"fixture {name} is not provided (tests/conftest.py)")
-    assert isinstance(path, Path)
-    return path
+TEXTS = ["What is Deep Learning?", "Paris is the capital of France. " * 40, "a", "Grüß Gott 👋"]
 
 
-@pytest.fixture
-def real(request: pytest.FixtureRequest) -> Iterator[Running]:
-    name: str = request.param
-    model = tei_runtime.load(_artifact(request, name))
-    r = start(model)
+def _schema_ok(r: httpx.Response, path: str, method: str = "post") -> Any:
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert errors(body, response_schema(path, method, 200)) == []
+    return body
+
+
+def _error(r: httpx.Response, status: int, error_type: str) -> None:
+    assert r.status_code == status, r.text
+    assert r.json()["error_type"] == error_type
+    assert isinstance(r.json()["error"], str)
+
+
+def _serve(artifact: Path, **settings: Any) -> Iterator[Running]:
+    r = start(tei_runtime.load(artifact), **settings)
     yield r
     r.stop()
 
 
-@pytest.mark.parametrize("real", ["minilm_artifact"], indirect=True)
-def test_minilm_embed_matches_runtime(real: Running) -> None:
-    texts = ["What is Deep Learning?", "Paris is the capital of France. " * 40, "a"]
-    r = real.client.post("/embed", json={"inputs": texts})
-    assert r.status_code == 200
-    served = np.asarray(r.json())
-    model = real.model
-    direct = np.stack([model.forward_embed(model.encode([t]))[0] for t in texts])
-    direct /= np.linalg.norm(direct, axis=1, keepdims=True)
-    assert served.shape == (3, 384)
-    assert np.allclose(served, direct, atol=1e-4)
-    info = real.client.get("/info").json()
-    assert info["max_input_length"] == 256
-    assert errors(info, response_schema("/info", "get", 200)) == []
-    oa = real.client.post("/v1/embeddings", json={"input": texts[0]}).json()
-    assert np.allclose(oa["data"][0]["embedding"], served[0], atol=1e-5)
-    sim = real.client.post("/similarity", json={
-        "inputs": {"source_sentence": "What is Deep Learning?",
-                   "sentences": ["What is deep learning?", "I like cheese"]}}).json()
-    assert sim[0] > sim[1]
+@pytest.fixture(scope="module")
+def minilm(minilm_artifact: Path) -> Iterator[Running]:
+    yield from _serve(minilm_artifact, api_key="secret", cors_allow_origin=("https://app.example",))
 
 
-@pytest.mark.parametrize("real", ["tiny_reranker_artifact"], indirect=True)
-def test_tiny_reranker(real: Running) -> None:
-    ranks = real.client.post("/rerank", json={"query": "q", "texts": ["a", "b c"]})
-    assert ranks.status_code == 200
-    assert errors(ranks.json(), response_schema("/rerank", "post", 200)) == []
+@pytest.fixture(scope="module")
+def reranker(tiny_reranker_artifact: Path) -> Iterator[Running]:
+    yield from _serve(tiny_reranker_artifact)
 
 
-@pytest.mark.parametrize("real", ["tiny_classifier_artifact"], indirect=True)
-def test_tiny_classifier(real: Running) -> None:
-    out = real.client.post("/predict", json={"inputs": [["a"], ["b", "c"]]})
-    assert out.status_code == 200
-    assert errors(out.json(), response_schema("/predict", "post", 200)) == []
+@pytest.fixture(scope="module")
+def classifier(tiny_classifier_artifact: Path) -> Iterator[Running]:
+    yield from _serve(tiny_classifier_artifact)
 
 
-@pytest.mark.parametrize("real", ["tiny_splade_artifact"], indirect=True)
-def test_tiny_splade(real: Running) -> None:
-    out = real.client.post("/embed_sparse", json={"inputs": ["hello world", "a"]})
-    assert out.status_code == 200
-    assert errors(out.json(), response_schema("/embed_sparse", "post", 200)) == []
-    assert real.client.post("/embed_all", json={"inputs": "a"}).status_code == 424
+@pytest.fixture(scope="module")
+def splade(tiny_splade_artifact: Path) -> Iterator[Running]:
+    yield from _serve(tiny_splade_artifact, payload_limit=4000)
+
+
+AUTH = {"Authorization": "Bearer secret"}
+
+
+def test_minilm_embed_matches_runtime(minilm: Running) -> None:
+    served = np.asarray(_schema_ok(minilm.client.post("/embed", json={"inputs": TEXTS},
+                                                      headers=AUTH), "/embed"))
+    direct = minilm.model.embed(TEXTS)
+    assert served.shape == (4, 384)
+    assert np.allclose(served, direct, atol=1e-5)
+    raw = np.asarray(minilm.client.post(
+        "/embed", json={"inputs": TEXTS[0], "normalize": False}, headers=AUTH).json()[0])
+    cut = np.asarray(minilm.client.post(
+        "/embed", json={"inputs": TEXTS[0], "dimensions": 64}, headers=AUTH).json()[0])
+    assert np.allclose(cut, raw[:64] / np.linalg.norm(raw[:64]), atol=1e-5)
+    # `inputs` as token ids embeds the same as the text they came from
+    ids = [t["id"] for t in minilm.client.post(
+        "/tokenize", json={"inputs": TEXTS[0]}, headers=AUTH).json()[0]]
+    by_ids = minilm.client.post("/embed", json={"inputs": ids}, headers=AUTH).json()
+    assert np.allclose(by_ids[0], served[0], atol=1e-5)
+
+
+def test_minilm_aliases_and_dispatch(minilm: Running) -> None:
+    c = minilm.client
+    first = np.asarray(c.post("/embed", json={"inputs": TEXTS[0]}, headers=AUTH).json()[0])
+    for path in ("/", "/invocations"):
+        body = c.post(path, json={"inputs": TEXTS[0]}, headers=AUTH).json()
+        assert np.allclose(body[0], first, atol=1e-6)
+    for path in ("/v1/embeddings", "/embeddings"):
+        oa = c.post(path, json={"input": [TEXTS[0], "x"], "model": "m"}, headers=AUTH)
+        body = _schema_ok(oa, "/v1/embeddings")
+        assert np.allclose(body["data"][0]["embedding"], first, atol=1e-6)
+        assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
+    b64 = c.post("/v1/embeddings", json={"input": TEXTS[0], "encoding_format": "base64",
+                                         "dimensions": 32}, headers=AUTH).json()
+    vec = struct.unpack("<32f", base64.b64decode(b64["data"][0]["embedding"]))
+    assert np.allclose(vec, first[:32] / np.linalg.norm(first[:32]), atol=1e-5)
+
+
+def test_minilm_similarity_tokenize_decode_embed_all(minilm: Running) -> None:
+    c = minilm.client
+    sim = _schema_ok(c.post("/similarity", json={"inputs": {
+        "source_sentence": "What is Deep Learning?",
+        "sentences": ["What is deep learning?", "I like cheese"]}}, headers=AUTH), "/similarity")
+    assert sim[0] > 0.9 > sim[1]
+    toks = _schema_ok(c.post("/tokenize", json={"inputs": ["Hello world"]}, headers=AUTH),
+                      "/tokenize")[0]
+    # TEI answers the slice of the input at the offsets, not the normalized token
+    assert [t["text"] for t in toks] == ["[CLS]", "Hello", "world", "[SEP]"]
+    assert (toks[1]["start"], toks[1]["stop"]) == (0, 5)
+    ids = [t["id"] for t in toks]
+    text = _schema_ok(c.post("/decode", json={"ids": ids}, headers=AUTH), "/decode")
+    assert text == ["hello world"]
+    tokens = c.post("/embed_all", json={"inputs": "Hello world"}, headers=AUTH)
+    assert np.asarray(_schema_ok(tokens, "/embed_all")).shape == (1, 4, 384)
+
+
+def test_minilm_info_health_metrics_docs(minilm: Running) -> None:
+    c = minilm.client
+    info = _schema_ok(c.get("/info", headers=AUTH), "/info", "get")
+    assert info["max_input_length"] == 256 and info["model_type"] == {"embedding": {
+        "pooling": "mean"}}
+    for path in ("/health", "/ping"):
+        assert c.get(path).status_code == 200  # no key needed
+    metrics = c.get("/metrics")
+    assert metrics.status_code == 200
+    for name in ("te_request_count", "te_embed_count", "te_queue_size", "te_batch_next_size"):
+        assert name in metrics.text
+    assert c.get("/docs", headers=AUTH).headers["content-type"].startswith("text/html")
+    spec = c.get("/openapi.json", headers=AUTH).json()
+    assert "/embed" in spec["paths"]
+
+
+def test_minilm_auth_cors_and_errors(minilm: Running) -> None:
+    c = minilm.client
+    assert c.post("/embed", json={"inputs": "a"}).status_code == 401
+    assert c.post("/embed", json={"inputs": "a"},
+                  headers={"Authorization": "Bearer wrong"}).status_code == 401
+    pre = c.options("/embed", headers={"Origin": "https://app.example",
+                                       "Access-Control-Request-Method": "POST"})
+    assert pre.headers.get("access-control-allow-origin") == "https://app.example"
+    _error(c.post("/embed", json={"inputs": []}, headers=AUTH), 400, "Empty")
+    _error(c.post("/embed", json={"inputs": TEXTS[1], "truncate": False}, headers=AUTH),
+           422, "Validation")
+    _error(c.post("/embed", json={"inputs": ["a"] * 33}, headers=AUTH), 422, "Validation")
+    # axum, under TEI, answers a JSON syntax error 400 and a type error 422
+    _error(c.post("/embed", content=b"{not json", headers={**AUTH,
+           "Content-Type": "application/json"}), 400, "Validation")
+    _error(c.post("/embed", json={"inputs": 3}, headers=AUTH), 422, "Validation")
+    _error(c.post("/predict", json={"inputs": "a"}, headers=AUTH), 424, "Backend")
+    _error(c.post("/rerank", json={"query": "q", "texts": ["a"]}, headers=AUTH), 424, "Backend")
+    _error(c.post("/embed_sparse", json={"inputs": "a"}, headers=AUTH), 424, "Backend")
+    oa = c.post("/v1/embeddings", json={"input": []}, headers=AUTH)
+    assert oa.status_code == 400 and set(oa.json()) == {"message", "code", "type"}
+
+
+def test_reranker_routes(reranker: Running) -> None:
+    c = reranker.client
+    texts = ["Paris is in France", "bananas are yellow", "the capital of France"]
+    ranks = _schema_ok(c.post("/rerank", json={"query": "where is Paris?", "texts": texts,
+                                               "return_text": True}), "/rerank")
+    scores = reranker.model.predict([("where is Paris?", t) for t in texts])[:, 0]
+    assert [r["index"] for r in ranks] == list(np.argsort(-scores))
+    assert np.allclose([r["score"] for r in ranks], np.sort(scores)[::-1], atol=1e-5)
+    assert [r["text"] for r in ranks] == [texts[r["index"]] for r in ranks]
+    raw = c.post("/rerank", json={"query": "where is Paris?", "texts": texts,
+                                  "raw_scores": True}).json()
+    logits = reranker.model.predict([("where is Paris?", t) for t in texts], raw_scores=True)
+    assert np.allclose(sorted(r["score"] for r in raw), np.sort(logits[:, 0]), atol=1e-5)
+    via_root = c.post("/", json={"query": "where is Paris?", "texts": texts}).json()
+    assert [r["index"] for r in via_root] == [r["index"] for r in ranks]
+    info = _schema_ok(c.get("/info"), "/info", "get")
+    assert "reranker" in info["model_type"]
+    _error(c.post("/embed", json={"inputs": "a"}), 424, "Backend")
+    _error(c.post("/rerank", json={"query": "q", "texts": []}), 400, "Empty")
+
+
+def test_classifier_routes(classifier: Running) -> None:
+    c = classifier.client
+    out = _schema_ok(c.post("/predict", json={"inputs": "I love it"}), "/predict")
+    labels = classifier.model.manifest.labels
+    assert sorted(p["label"] for p in out) == sorted(labels.values())
+    probs = classifier.model.predict(["I love it"])[0]
+    best = int(np.argmax(probs))
+    assert out[0]["label"] == labels[best] and abs(out[0]["score"] - probs[best]) < 1e-5
+    pair = _schema_ok(c.post("/predict", json={"inputs": [["I love it", "me too"]]}),
+                      "/predict")
+    pair_probs = classifier.model.predict([("I love it", "me too")])[0]
+    assert abs(pair[0][0]["score"] - pair_probs.max()) < 1e-5
+    batch = c.post("/predict", json={"inputs": [["a"], ["b", "c"]], "raw_scores": True}).json()
+    assert len(batch) == 2
+    via_root = c.post("/invocations", json={"inputs": "I love it"}).json()
+    assert via_root == out
+    _error(c.post("/embed", json={"inputs": "a"}), 424, "Backend")
+
+
+def test_splade_routes_and_payload_limit(splade: Running) -> None:
+    c = splade.client
+    body = _schema_ok(c.post("/embed_sparse", json={"inputs": ["hello world", "a"]}),
+                      "/embed_sparse")
+    expect = splade.model.embed_sparse(["hello world", "a"])
+    for got, want in zip(body, expect, strict=True):
+        assert [e["index"] for e in got] == want.indices
+        assert np.allclose([e["value"] for e in got], want.values, atol=1e-4)
+    via_root = c.post("/", json={"inputs": ["hello world", "a"]}).json()
+    assert [[e["index"] for e in row] for row in via_root] == [v.indices for v in expect]
+    _error(c.post("/embed_all", json={"inputs": "a"}), 424, "Backend")
+    big = c.post("/embed_sparse", json={"inputs": "word " * 2000})
+    _error(big, 413, "Validation")
+    assert c.get("/health").status_code == 200  # still serving

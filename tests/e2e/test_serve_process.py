@@ -1,0 +1,152 @@
+"""`tei-serve` as a real process, started the way the README's `just serve` starts it.
+
+No --model-id: the default all-MiniLM-L6-v2 checkpoint is exported into the hub cache on the
+first start and reused on the second; the README's curl command answers; SIGTERM with
+requests in flight answers all of them and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+import tei_runtime
+
+pytestmark = pytest.mark.slow
+
+TEI_SERVE = Path(sys.executable).with_name("tei-serve")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(ready: Callable[[], bool], timeout: float, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"tei-serve exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise AssertionError("tei-serve did not become healthy in time")
+        time.sleep(0.2)
+
+
+class Process:
+    def __init__(self, cache: Path, *args: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+        env.pop("MODEL_ID", None)
+        self.proc = subprocess.Popen(
+            [str(TEI_SERVE), "--port", str(self.port), "--hostname", "127.0.0.1",
+             "--json-output", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        )
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def logs(self) -> list[dict[str, str]]:
+        out, _ = self.proc.communicate(timeout=60)
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Process]]:
+    started: list[Process] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def test_default_model_export_curl_reuse_and_sigterm(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    cache = tmp_path / "hub"
+    first = Process(cache)
+    processes.append(first)
+    _wait(first.healthy, timeout=300, proc=first.proc)
+
+    curl = shutil.which("curl")
+    body = json.dumps({"inputs": "What is Deep Learning?"})
+    if curl:  # the README's command, verbatim but for the port
+        out = subprocess.run(
+            [curl, "-s", f"localhost:{first.port}/embed", "-d", body,
+             "-H", "Content-Type: application/json"],
+            capture_output=True, text=True, check=True, timeout=30,
+        ).stdout
+    else:
+        out = httpx.post(f"{first.url}/embed", content=body,
+                         headers={"Content-Type": "application/json"}).text
+    served = np.asarray(json.loads(out))
+    artifacts = list((cache / "tei-onnx").glob("*/manifest.json"))
+    assert len(artifacts) == 1
+    direct = tei_runtime.load(artifacts[0].parent).embed(["What is Deep Learning?"])
+    assert served.shape == (1, 384)
+    assert np.allclose(served, direct, atol=1e-5)
+
+    first.proc.send_signal(signal.SIGTERM)
+    logs = first.logs()
+    assert first.proc.returncode == 0
+    messages = [e["message"] for e in logs]
+    assert any(m.startswith("exporting ") for m in messages)
+    ready = [m for m in messages if m.startswith("ready: ")]
+    assert len(ready) == 1
+    assert "model=sentence-transformers/all-MiniLM-L6-v2" in ready[0]
+    assert "provider=CPUExecutionProvider" in ready[0] and "variant=fp32" in ready[0]
+
+    # Second start: the exported artifact is reused; SIGTERM with requests in flight.
+    second = Process(cache, "--dtype", "int8")
+    processes.append(second)
+    _wait(second.healthy, timeout=120, proc=second.proc)
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> None:
+        texts = [f"request {i} text {j} " * 20 for j in range(32)]
+        r = httpx.post(f"{second.url}/embed", json={"inputs": texts}, timeout=120)
+        with lock:
+            statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+
+    def all_accepted() -> bool:
+        metrics = httpx.get(f"{second.url}/metrics", timeout=5).text
+        return 'te_request_count{method="batch"} 6' in metrics
+
+    _wait(all_accepted, timeout=60, proc=second.proc)
+    second.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(timeout=120)
+    assert statuses == [200] * 6
+    logs = second.logs()
+    assert second.proc.returncode == 0
+    messages = [e["message"] for e in logs]
+    assert not any(m.startswith("exporting ") for m in messages)
+    assert any("variant=int8" in m for m in messages if m.startswith("ready: "))
+    assert not second.healthy()
