@@ -1,6 +1,9 @@
 """Resolve `--model-id` to an artifact folder, exporting on first start when needed.
 
-- an artifact folder (it has manifest.json) is used as it is;
+- an artifact folder (it has manifest.json) is used as it is; an unpacked bundle folder (it
+  has tei-bundle.json too) is checked against that list first;
+- a bundle (`tei-bundle pack`, one tar) is verified and unpacked once into
+  `<hub cache>/tei-onnx/bundles/<name>-<sha256>` (a temporary folder when that is read-only);
 - anything else (a checkpoint folder or a hub id) is exported once into
   `<hub cache>/tei-onnx/<key>` by `tei_export.api.export_model` (the `export` extra), and
   later starts reuse it; an exclusive file lock keeps two starting servers from exporting
@@ -17,6 +20,7 @@ import os
 import re
 from pathlib import Path
 
+from tei_runtime.bundle import BUNDLE_MANIFEST, is_bundle, unpack_cached, verify_folder
 from tei_runtime.manifest import MANIFEST_NAME
 
 log = logging.getLogger("tei_serve")
@@ -75,7 +79,13 @@ def resolve(
         reported = DEFAULT_MODEL_ID
     else:
         source_path = Path(model_id)
+        if source_path.is_file() and (source_path.suffix == ".tar" or is_bundle(source_path)):
+            # Air-gapped hosts: a bundle never goes near the exporter or the hub.
+            bundles = hub_cache(cache_dir) / "tei-onnx" / "bundles"
+            return unpack_cached(source_path, bundles), model_id
         if (source_path / MANIFEST_NAME).is_file():
+            if (source_path / BUNDLE_MANIFEST).is_file():
+                verify_folder(source_path)
             return source_path, model_id
         source = source_path
         reported = model_id

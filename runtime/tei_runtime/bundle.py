@@ -1,0 +1,357 @@
+"""Bundles: one tar holding an artifact and a checksum list, for copying to air-gapped hosts.
+
+A bundle is a plain, uncompressed tar (`tar xf` unpacks it too): `tei-bundle.json` first, then
+every file of the artifact folder. `tei-bundle.json` lists each file with its size and sha256,
+so unpacking checks every byte, including the files the artifact manifest does not cover
+(tokenizer config, card copies). A file that is missing, extra, or whose bytes differ refuses
+the bundle with a message naming that file.
+
+Unpacking goes into a temporary folder beside the destination and is renamed into place only
+once verified, so a crash or a tampered bundle never leaves a half-trusted folder behind.
+
+    tei-bundle pack ARTIFACT model.tar     # verify the artifact, write the bundle
+    tei-bundle verify model.tar            # check every file, unpack nothing
+    tei-bundle unpack model.tar DIR        # verified unpack (tei-serve does this by itself)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+import msgspec
+
+from tei_runtime.artifact import open_artifact, verify_tokenizer, verify_variant
+from tei_runtime.checksum import sha256_file
+from tei_runtime.manifest import MANIFEST_NAME, ManifestError
+
+BUNDLE_MANIFEST = "tei-bundle.json"
+BUNDLE_FORMAT = 1
+_CHUNK = 1 << 20
+
+
+class BundleError(ManifestError):
+    """The bundle is unreadable, or a file in it is missing, extra, or has other bytes.
+
+    A ManifestError, so everything that refuses a corrupt artifact refuses a corrupt bundle."""
+
+
+class BundleFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    path: str
+    """POSIX path relative to the artifact folder."""
+    size: int
+    sha256: str
+
+
+class BundleManifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    format: int
+    files: list[BundleFile]
+
+
+def _artifact_files(root: Path) -> list[str]:
+    names: list[str] = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            # A link could point anywhere on the packing machine; refuse rather than guess.
+            raise BundleError(f"{path}: symbolic links cannot be bundled")
+        if path.is_file() and rel != BUNDLE_MANIFEST:
+            names.append(rel)
+    return names
+
+
+def describe(root: Path) -> BundleManifest:
+    """The checksum list of every file under an artifact folder."""
+    return BundleManifest(
+        format=BUNDLE_FORMAT,
+        files=[
+            BundleFile(
+                path=name, size=(root / name).stat().st_size, sha256=sha256_file(root / name)
+            )
+            for name in _artifact_files(root)
+        ],
+    )
+
+
+def _encode(listing: BundleManifest) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(listing), indent=2) + b"\n"
+
+
+def _tar_info(name: str, size: int) -> tarfile.TarInfo:
+    # Fixed owner, mode and time: the same artifact always gives the same bytes.
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = 0o644
+    info.mtime = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def pack(artifact_dir: str | Path, out: str | Path) -> Path:
+    """Verify the artifact (every variant and tokenizer file) and write it as one tar."""
+    root = Path(artifact_dir)
+    artifact = open_artifact(root)
+    verify_tokenizer(artifact)
+    for variant in artifact.manifest.variants:
+        verify_variant(artifact, variant)
+    listing = describe(root)
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            data = _encode(listing)
+            tar.addfile(_tar_info(BUNDLE_MANIFEST, len(data)), io.BytesIO(data))
+            for entry in listing.files:
+                with (root / entry.path).open("rb") as f:
+                    tar.addfile(_tar_info(entry.path, entry.size), f)
+        Path(tmp_name).replace(target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def is_bundle(path: Path) -> bool:
+    """A regular file whose first tar member is tei-bundle.json."""
+    if not path.is_file():
+        return False
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            first = tar.next()
+    except (tarfile.TarError, OSError):
+        return False
+    return first is not None and first.name == BUNDLE_MANIFEST
+
+
+def _safe_name(bundle: Path, name: str) -> str:
+    parts = PurePosixPath(name).parts
+    if not parts or name.startswith("/") or ".." in parts or "\\" in name:
+        raise BundleError(f"{bundle}: member {name!r} escapes the bundle folder")
+    return PurePosixPath(*parts).as_posix()
+
+
+def _read_listing(bundle: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> BundleManifest:
+    if member.name != BUNDLE_MANIFEST or not member.isfile():
+        raise BundleError(f"{bundle}: not a tei-onnx bundle (no {BUNDLE_MANIFEST} first)")
+    f = tar.extractfile(member)
+    assert f is not None  # a regular file member always has a body
+    try:
+        listing = msgspec.json.decode(f.read(), type=BundleManifest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise BundleError(f"{bundle}: {BUNDLE_MANIFEST} is damaged ({e})") from e
+    if listing.format != BUNDLE_FORMAT:
+        raise BundleError(
+            f"{bundle}: bundle format {listing.format} is not supported (this tei-onnx reads "
+            f"{BUNDLE_FORMAT})"
+        )
+    return listing
+
+
+def _copy_hashing(body: IO[bytes], out: IO[bytes] | None) -> str:
+    digest = hashlib.sha256()
+    while chunk := body.read(_CHUNK):
+        digest.update(chunk)
+        if out is not None:
+            out.write(chunk)
+    return digest.hexdigest()
+
+
+def _check_member(
+    bundle: Path,
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    entry: BundleFile,
+    dest: Path | None,
+) -> None:
+    body = tar.extractfile(member)
+    assert body is not None
+    if dest is None:
+        actual = _copy_hashing(body, None)
+    else:
+        path = dest / entry.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as out:
+            actual = _copy_hashing(body, out)
+    if member.size != entry.size or actual != entry.sha256.lower():
+        raise BundleError(
+            f"{bundle}: {entry.path}: sha256 mismatch ({BUNDLE_MANIFEST} {entry.sha256}, file "
+            f"{actual}); the bundle is corrupt or was modified, copy it again"
+        )
+
+
+def _check(bundle: Path, dest: Path | None) -> BundleManifest:
+    """Stream every member, hash it, optionally write it under `dest`; compare to the listing.
+
+    Streaming keeps one pass over the tar and never trusts tarfile's own extraction with
+    names or modes from a file that may have been tampered with."""
+    listing: BundleManifest | None = None
+    expected: dict[str, BundleFile] = {}
+    seen: set[str] = set()
+    try:
+        with tarfile.open(bundle, mode="r:") as tar:
+            for index, member in enumerate(tar):
+                if index == 0:
+                    listing = _read_listing(bundle, tar, member)
+                    expected = {_safe_name(bundle, f.path): f for f in listing.files}
+                    continue
+                if member.isdir():
+                    continue
+                name = _safe_name(bundle, member.name)
+                if not member.isfile():
+                    raise BundleError(f"{bundle}: {name} is not a regular file")
+                entry = expected.get(name)
+                if entry is None:
+                    raise BundleError(
+                        f"{bundle}: {name} is in the tar but not in {BUNDLE_MANIFEST}"
+                    )
+                if name in seen:
+                    raise BundleError(f"{bundle}: {name} appears twice")
+                seen.add(name)
+                _check_member(bundle, tar, member, entry, dest)
+    except tarfile.TarError as e:
+        raise BundleError(f"{bundle}: not a readable tar ({e})") from e
+    except OSError as e:
+        raise BundleError(f"{bundle}: cannot read it ({e})") from e
+    if listing is None:
+        raise BundleError(f"{bundle}: empty tar, not a tei-onnx bundle")
+    for name in expected:
+        if name not in seen:
+            raise BundleError(
+                f"{bundle}: {name} is missing (listed in {BUNDLE_MANIFEST}); the bundle is "
+                "incomplete, copy it again"
+            )
+    return listing
+
+
+def verify(bundle: str | Path) -> BundleManifest:
+    """Check every file of the bundle against its listing; unpack nothing."""
+    return _check(Path(bundle), None)
+
+
+def verify_folder(root: Path) -> None:
+    """Check an unpacked bundle folder against the tei-bundle.json it carries."""
+    try:
+        listing = msgspec.json.decode((root / BUNDLE_MANIFEST).read_bytes(), type=BundleManifest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise BundleError(f"{root / BUNDLE_MANIFEST}: damaged ({e})") from e
+    listed = {f.path for f in listing.files}
+    for name in _artifact_files(root):
+        if name not in listed:
+            raise BundleError(f"{root / name}: not in {BUNDLE_MANIFEST}")
+    for entry in listing.files:
+        path = root / entry.path
+        if not path.is_file():
+            raise BundleError(f"{path}: missing (listed in {BUNDLE_MANIFEST})")
+        actual = sha256_file(path)
+        if actual != entry.sha256.lower():
+            raise BundleError(
+                f"{path}: sha256 mismatch ({BUNDLE_MANIFEST} {entry.sha256}, file {actual})"
+            )
+
+
+def unpack(bundle: str | Path, dest: str | Path) -> Path:
+    """Verified unpack into `dest` (which must not exist yet); returns `dest`."""
+    source, target = Path(bundle), Path(dest)
+    if target.exists():
+        raise BundleError(f"{target}: already exists; unpack into a new folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        listing = _check(source, tmp)
+        if not (tmp / MANIFEST_NAME).is_file():
+            raise BundleError(f"{source}: holds no {MANIFEST_NAME}; not an artifact bundle")
+        # Keep the listing beside the files so that the folder can be re-verified later.
+        (tmp / BUNDLE_MANIFEST).write_bytes(_encode(listing))
+        tmp.replace(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def bundle_digest(bundle: Path) -> str:
+    """sha256 of the whole tar: the cache key, so a changed byte never reuses an old unpack."""
+    return sha256_file(bundle)
+
+
+def unpack_cached(bundle: Path, cache_root: Path) -> Path:
+    """Unpack once into `cache_root/<name>-<sha256>`, reusing a verified earlier unpack.
+
+    When `cache_root` cannot be written (a read-only /data), a temporary folder is used."""
+    digest = bundle_digest(bundle)[:16]
+    stem = bundle.name.removesuffix(".tar")
+    try:
+        cache_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache_root):  # writable? a read-only /data is not
+            pass
+        base = cache_root
+    except OSError:
+        base = Path(tempfile.mkdtemp(prefix="tei-bundle-"))
+    target = base / f"{stem}-{digest}"
+    if (target / BUNDLE_MANIFEST).is_file():
+        verify_folder(target)
+        return target
+    try:
+        return unpack(bundle, target)
+    except BundleError:
+        # Another server may have finished the same unpack between our check and rename.
+        if (target / BUNDLE_MANIFEST).is_file():
+            verify_folder(target)
+            return target
+        raise
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tei-bundle",
+        description="Pack a tei-onnx artifact into one verified tar, check one, or unpack one.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    pk = sub.add_parser("pack", help="verify an artifact folder and write it as one tar")
+    pk.add_argument("artifact", type=Path)
+    pk.add_argument("bundle", type=Path)
+    vf = sub.add_parser("verify", help="check every file of a bundle (tar) or unpacked folder")
+    vf.add_argument("bundle", type=Path)
+    up = sub.add_parser("unpack", help="verified unpack into a new folder")
+    up.add_argument("bundle", type=Path)
+    up.add_argument("dest", type=Path)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "pack":
+            out = pack(args.artifact, args.bundle)
+            listing = verify(out)
+            size = out.stat().st_size / (1 << 20)
+            print(f"{out}: {len(listing.files)} files, {size:.1f} MiB")
+        elif args.command == "verify":
+            if args.bundle.is_dir():
+                verify_folder(args.bundle)
+            else:
+                verify(args.bundle)
+            print(f"{args.bundle}: ok")
+        else:
+            print(unpack(args.bundle, args.dest))
+    except ManifestError as e:
+        print(f"tei-bundle: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Bundles: pack -> verify -> unpack round trip, and every way a tampered bundle is refused.
+
+A refused bundle must name the file that is wrong: the operator has to know what to re-copy.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tei_runtime
+from tei_runtime import bundle
+from tei_runtime.bundle import BUNDLE_MANIFEST, BundleError
+from tei_serve.model_source import resolve
+
+
+def _member_offset(tar_path: Path, name: str) -> int:
+    with tarfile.open(tar_path) as tar:
+        return tar.getmember(name).offset_data
+
+
+def _flip_byte(tar_path: Path, name: str, at: int = 10) -> None:
+    offset = _member_offset(tar_path, name) + at
+    data = bytearray(tar_path.read_bytes())
+    data[offset] ^= 0xFF
+    tar_path.write_bytes(bytes(data))
+
+
+def _rewrite_without(src: Path, dst: Path, drop: str) -> None:
+    with tarfile.open(src) as tin, tarfile.open(dst, "w") as tout:
+        for member in tin:
+            if member.name != drop:
+                tout.addfile(member, tin.extractfile(member) if member.isfile() else None)
+
+
+def test_round_trip_serves_the_same_vectors(toy_artifact: Path, tmp_path: Path) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    listing = bundle.verify(tar)
+    names = {f.path for f in listing.files}
+    assert names == {p.name for p in toy_artifact.iterdir()}
+    with tarfile.open(tar) as t:
+        assert t.getnames()[0] == BUNDLE_MANIFEST
+    out = bundle.unpack(tar, tmp_path / "unpacked")
+    bundle.verify_folder(out)
+    texts = ["hello world", "the cat sat on the mat"]
+    expected = tei_runtime.load(toy_artifact, device="cpu").embed(texts)
+    got = tei_runtime.load(out, device="cpu").embed(texts)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_pack_is_deterministic(toy_artifact: Path, tmp_path: Path) -> None:
+    a = bundle.pack(toy_artifact, tmp_path / "a.tar").read_bytes()
+    b = bundle.pack(toy_artifact, tmp_path / "b.tar").read_bytes()
+    assert a == b
+
+
+def test_pack_refuses_a_corrupt_artifact(toy_artifact: Path, tmp_path: Path) -> None:
+    graph = toy_artifact / "model.fp32.onnx"
+    graph.write_bytes(graph.read_bytes() + b"x")
+    with pytest.raises(tei_runtime.ManifestError, match=r"model\.fp32\.onnx"):
+        bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    assert not (tmp_path / "toy.tar").exists()
+    assert list(tmp_path.glob(".toy.tar.*")) == []
+
+
+@pytest.mark.parametrize("name", ["model.fp32.onnx", "tokenizer.json", "manifest.json"])
+def test_changed_byte_names_the_file(toy_artifact: Path, tmp_path: Path, name: str) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    _flip_byte(tar, name)
+    with pytest.raises(BundleError, match=rf"{name}: sha256 mismatch"):
+        bundle.verify(tar)
+    with pytest.raises(BundleError, match=rf"{name}: sha256 mismatch"):
+        bundle.unpack(tar, tmp_path / "out")
+    # Nothing half-unpacked is left behind for a later start to trust.
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy", "toy.tar"]
+
+
+@pytest.mark.parametrize("name", ["model.fp32.onnx", "tokenizer_config.json"])
+def test_missing_file_names_the_file(toy_artifact: Path, tmp_path: Path, name: str) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    cut = tmp_path / "cut.tar"
+    _rewrite_without(tar, cut, name)
+    with pytest.raises(BundleError, match=rf"{name} is missing"):
+        bundle.verify(cut)
+
+
+def test_extra_file_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    extra = tmp_path / "evil.py"
+    extra.write_text("print('hi')\n")
+    with tarfile.open(tar, "a") as t:
+        t.add(extra, arcname="evil.py")
+    with pytest.raises(BundleError, match=r"evil\.py is in the tar but not in"):
+        bundle.verify(tar)
+
+
+def test_path_escape_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    with tarfile.open(tar, "a") as t:
+        info = tarfile.TarInfo("../escape.txt")
+        info.size = 0
+        t.addfile(info)
+    with pytest.raises(BundleError, match=r"escapes the bundle folder"):
+        bundle.unpack(tar, tmp_path / "out")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_not_a_bundle(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.tar"
+    other = tmp_path / "x.txt"
+    other.write_text("x")
+    with tarfile.open(plain, "w") as t:
+        t.add(other, arcname="x.txt")
+    assert not bundle.is_bundle(plain)
+    with pytest.raises(BundleError, match="not a tei-onnx bundle"):
+        bundle.verify(plain)
+    garbage = tmp_path / "garbage.tar"
+    garbage.write_bytes(b"\x00not a tar" * 100)
+    with pytest.raises(BundleError, match=r"garbage\.tar"):
+        bundle.verify(garbage)
+
+
+def test_unpacked_folder_is_verified_by_resolve(toy_artifact: Path, tmp_path: Path) -> None:
+    out = bundle.unpack(bundle.pack(toy_artifact, tmp_path / "toy.tar"), tmp_path / "unpacked")
+    assert resolve(str(out))[0] == out
+    (out / "tokenizer_config.json").write_text("{}\n")
+    with pytest.raises(BundleError, match=r"tokenizer_config\.json: sha256 mismatch"):
+        resolve(str(out))
+    (out / "tokenizer_config.json").unlink()
+    with pytest.raises(BundleError, match=r"tokenizer_config\.json: missing"):
+        resolve(str(out))
+
+
+def test_resolve_unpacks_a_bundle_once_into_the_hub_cache(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    cache = tmp_path / "cache"
+    first, reported = resolve(str(tar), cache_dir=str(cache))
+    assert reported == str(tar)
+    assert first.parent == cache / "tei-onnx" / "bundles"
+    assert first.name.startswith("toy-")
+    assert json.loads((first / "manifest.json").read_text())["source"]["model_id"] == "test/toy"
+    stamp = (first / "model.fp32.onnx").stat().st_mtime_ns
+    second, _ = resolve(str(tar), cache_dir=str(cache))
+    assert second == first
+    assert (second / "model.fp32.onnx").stat().st_mtime_ns == stamp  # reused, not unpacked again
+
+
+def test_resolve_never_reuses_an_unpack_for_a_tampered_bundle(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    cache = tmp_path / "cache"
+    resolve(str(tar), cache_dir=str(cache))
+    _flip_byte(tar, "model.fp32.onnx")
+    with pytest.raises(BundleError, match=r"model\.fp32\.onnx: sha256 mismatch"):
+        resolve(str(tar), cache_dir=str(cache))
+
+
+def test_read_only_cache_falls_back_to_a_temporary_folder(
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    blocker = tmp_path / "file-not-folder"
+    blocker.write_text("")  # mkdir under a file fails like a read-only mount does
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder, _ = resolve(str(tar), cache_dir=str(blocker))
+    assert folder.parent.parent == tmp_path / "tmp"
+    bundle.verify_folder(folder)
+
+
+def test_cli(toy_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tar = tmp_path / "toy.tar"
+    assert bundle.main(["pack", str(toy_artifact), str(tar)]) == 0
+    assert bundle.main(["verify", str(tar)]) == 0
+    assert bundle.main(["unpack", str(tar), str(tmp_path / "u")]) == 0
+    assert bundle.main(["verify", str(tmp_path / "u")]) == 0
+    _flip_byte(tar, "tokenizer.json")
+    capsys.readouterr()
+    assert bundle.main(["verify", str(tar)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tei-bundle: error: ") and "tokenizer.json: sha256 mismatch" in err
