@@ -21,7 +21,7 @@ setup:
     [ -x "{{bin}}/python" ] || python3 -m venv "{{venv}}"
     # torch first, pinned: the local CPU build; an unpinned torch would pull a CUDA build.
     "{{bin}}/pip" install --quiet torch==2.13.0
-    "{{bin}}/pip" install --quiet -c constraints.txt -e ".[export,default-model,dev]"
+    "{{bin}}/pip" install --quiet -c constraints.txt -e ".[export,default-model,dev,ray]"
     echo "$want" > "$stamp"
 
 # ruff over everything, mypy --strict over the three packages.

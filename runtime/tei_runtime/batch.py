@@ -1,0 +1,491 @@
+"""`tei-embed`: embed a JSONL or Parquet corpus on Ray Data, resumable shard by shard.
+
+    tei-embed ARTIFACT INPUT... OUTPUT_DIR [--text-field text] [--id-field id] [--shard-rows N]
+
+The input (files, or folders of `*.jsonl` / `*.parquet`) is cut into shards of `--shard-rows`
+rows, planned from file metadata and line offsets only, so the driver never holds the corpus.
+The shards go through `Dataset.map_batches` to a pool of actors that each load the artifact
+once; an actor reads its shard's rows, embeds them and writes `part-NNNNN.parquet` (columns
+`id`, `embedding`), then `part-NNNNN.done`. A rerun after a crash skips every shard with a done
+marker; a shard written but not marked is redone. `_tei_embed.json` records what the job was
+(inputs, artifact, fields, shard size) and a rerun with different ones is refused rather than
+mixing two jobs' shards. Needs the `ray` extra (`pip install 'tei-onnx[ray]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+
+from tei_runtime.manifest import ManifestError, read_manifest
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tei_runtime.model import Model
+
+log = logging.getLogger("tei_embed")
+
+JOB_FILE = "_tei_embed.json"
+SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
+
+
+class BatchError(RuntimeError):
+    """The job cannot run as asked; the text says what to change."""
+
+
+class InputFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    path: str
+    kind: str
+    """jsonl | parquet"""
+    size: int
+    rows: int
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What an output folder holds; a resumed run must ask for exactly the same."""
+
+    inputs: list[InputFile]
+    artifact_variants: dict[str, str]
+    """precision -> graph sha256 of the artifact the vectors come from."""
+    model_id: str
+    text_field: str
+    id_field: str
+    shard_rows: int
+    normalize: bool
+    prompt_name: str | None = None
+
+
+class Shard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    index: int
+    path: str
+    kind: str
+    start: int
+    """First row of the shard within its file."""
+    rows: int
+    offset: int = 0
+    """JSONL: byte offset of the first row, so an actor seeks instead of scanning."""
+    first_row: int = 0
+    """Row number within the whole corpus: the id when the input has no id field."""
+
+
+class Done(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    rows: int
+    seconds: float
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}"
+
+
+# ---- planning: inputs -> shards ----------------------------------------------------------
+
+
+def input_files(paths: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+            if not found:
+                raise BatchError(f"{path}: no *.jsonl or *.parquet files in it")
+            files += found
+        elif path.is_file():
+            if path.suffix not in SUFFIXES:
+                raise BatchError(f"{path}: not .jsonl or .parquet")
+            files.append(path)
+        else:
+            raise BatchError(f"{path}: no such file or folder")
+    return files
+
+
+def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int]]:
+    """Row count and the byte offset of every shard's first row (blank lines are no rows)."""
+    offsets: list[int] = []
+    rows = 0
+    position = 0
+    with path.open("rb") as f:
+        for line in f:
+            if line.strip():
+                if rows % shard_rows == 0:
+                    offsets.append(position)
+                rows += 1
+            position += len(line)
+    return rows, offsets
+
+
+def plan(paths: Sequence[Path], shard_rows: int) -> tuple[list[InputFile], list[Shard]]:
+    if shard_rows < 1:
+        raise BatchError(f"--shard-rows must be at least 1, got {shard_rows}")
+    import pyarrow.parquet as pq
+
+    inputs: list[InputFile] = []
+    shards: list[Shard] = []
+    corpus_row = 0
+    for path in input_files(paths):
+        kind = SUFFIXES[path.suffix]
+        if kind == "jsonl":
+            rows, offsets = _jsonl_offsets(path, shard_rows)
+        else:
+            rows, offsets = pq.ParquetFile(path).metadata.num_rows, []
+        inputs.append(
+            InputFile(path=str(path.resolve()), kind=kind, size=path.stat().st_size, rows=rows)
+        )
+        for n, start in enumerate(range(0, rows, shard_rows)):
+            shards.append(
+                Shard(
+                    index=len(shards),
+                    path=str(path.resolve()),
+                    kind=kind,
+                    start=start,
+                    rows=min(shard_rows, rows - start),
+                    offset=offsets[n] if offsets else 0,
+                    first_row=corpus_row + start,
+                )
+            )
+        corpus_row += rows
+    return inputs, shards
+
+
+# ---- one shard: read, embed, write ---------------------------------------------------------
+
+
+def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str], list[Any]]:
+    """The shard's texts and ids (the corpus row number where the input has no id field)."""
+    if shard.kind == "jsonl":
+        records: list[dict[str, Any]] = []
+        with Path(shard.path).open("rb") as f:
+            f.seek(shard.offset)
+            for line in f:
+                if len(records) == shard.rows:
+                    break
+                if line.strip():
+                    records.append(json.loads(line))
+        rows: list[Any] = records
+        texts = [r.get(text_field) for r in records]
+        ids = [r.get(id_field, shard.first_row + i) for i, r in enumerate(records)]
+    else:
+        import pyarrow.parquet as pq
+
+        table = _parquet_rows(pq.ParquetFile(shard.path), shard.start, shard.rows)
+        if text_field not in table.column_names:
+            raise BatchError(f"{shard.path}: no column {text_field!r} (--text-field)")
+        rows = texts = table.column(text_field).to_pylist()
+        ids = (
+            table.column(id_field).to_pylist()
+            if id_field in table.column_names
+            else list(range(shard.first_row, shard.first_row + table.num_rows))
+        )
+    if len(rows) != shard.rows:
+        raise BatchError(f"{shard.path}: changed since the job was planned (shard {shard.index})")
+    checked: list[str] = []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BatchError(
+                f"{shard.path}: row {shard.start + i} has no string field {text_field!r}"
+            )
+        checked.append(text)
+    return checked, ids
+
+
+def _parquet_rows(file: Any, start: int, count: int) -> pa.Table:
+    """Rows [start, start+count) reading only the row groups that hold them."""
+    import pyarrow as pa
+
+    groups: list[int] = []
+    first = 0
+    skip = 0
+    for g in range(file.metadata.num_row_groups):
+        n = file.metadata.row_group(g).num_rows
+        if first + n > start and first < start + count:
+            if not groups:
+                skip = start - first
+            groups.append(g)
+        first += n
+    if not groups:
+        return pa.table({})
+    table: pa.Table = file.read_row_groups(groups).slice(skip, count)
+    return table
+
+
+def write_shard(
+    out_dir: Path, shard: Shard, ids: list[Any], vectors: np.ndarray, seconds: float
+) -> Path:
+    """Parquet first (temp name, then rename), the done marker last: a marker always means a
+    complete shard."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dim = int(vectors.shape[1])
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    table = pa.table(
+        {
+            "id": pa.array(ids),
+            "embedding": pa.FixedSizeListArray.from_arrays(flat, dim),
+        }
+    )
+    name = part_name(shard.index)
+    final = out_dir / f"{name}.parquet"
+    tmp = out_dir / f".{name}.parquet.tmp-{os.getpid()}"
+    pq.write_table(table, tmp)
+    tmp.replace(final)
+    marker = out_dir / f"{name}.done"
+    marker_tmp = out_dir / f".{name}.done.tmp-{os.getpid()}"
+    marker_tmp.write_bytes(msgspec.json.encode(Done(rows=len(ids), seconds=seconds)))
+    marker_tmp.replace(marker)
+    return final
+
+
+def embed_shard(model: Model, job: Job, shard: Shard, out_dir: Path) -> int:
+    started = time.monotonic()
+    texts, ids = read_shard(shard, job.text_field, job.id_field)
+    vectors = model.embed(texts, normalize=job.normalize, prompt_name=job.prompt_name)
+    write_shard(out_dir, shard, ids, vectors, time.monotonic() - started)
+    return len(ids)
+
+
+def finished(out_dir: Path, shards: Sequence[Shard]) -> set[int]:
+    done: set[int] = set()
+    for shard in shards:
+        name = part_name(shard.index)
+        marker = out_dir / f"{name}.done"
+        if marker.is_file() and (out_dir / f"{name}.parquet").is_file():
+            try:
+                rows = msgspec.json.decode(marker.read_bytes(), type=Done).rows
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # a torn marker: redo the shard
+            if rows == shard.rows:
+                done.add(shard.index)
+    return done
+
+
+def prepare_output(out_dir: Path, job: Job) -> None:
+    """Record the job, or check that a resumed run is the same job."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / JOB_FILE
+    if path.is_file():
+        try:
+            previous = msgspec.json.decode(path.read_bytes(), type=Job)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise BatchError(f"{path}: damaged ({e}); remove {out_dir} to start over") from e
+        if previous != job:
+            fields = [f for f in Job.__struct_fields__ if getattr(previous, f) != getattr(job, f)]
+            raise BatchError(
+                f"{out_dir} holds another job's shards (it differs in: {', '.join(fields)}); "
+                "use a new output folder, or rerun with the same inputs and options"
+            )
+        return
+    tmp = out_dir / f".{JOB_FILE}.tmp"
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(job), indent=2) + b"\n")
+    tmp.replace(path)
+
+
+# ---- Ray: one model per actor ----------------------------------------------------------------
+
+
+class ShardEmbedder:
+    """The actor of `map_batches`: loads the artifact once, then embeds whole shards."""
+
+    def __init__(
+        self, artifact: str, job: bytes, out_dir: str, device: str, dtype: str, threads: int
+    ) -> None:
+        import tei_runtime
+
+        self.model = tei_runtime.load(
+            artifact, device=device, dtype=dtype, intra_op_threads=threads
+        )
+        self.job = msgspec.json.decode(job, type=Job)
+        self.out_dir = Path(out_dir)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        indices: list[int] = []
+        rows: list[int] = []
+        for raw in batch["shard"]:
+            shard = msgspec.json.decode(
+                bytes(raw, "utf-8") if isinstance(raw, str) else raw, type=Shard
+            )
+            rows.append(embed_shard(self.model, self.job, shard, self.out_dir))
+            indices.append(shard.index)
+        return {"index": np.array(indices, dtype=np.int64), "rows": np.array(rows, np.int64)}
+
+
+def run(
+    artifact: Path,
+    inputs: Sequence[Path],
+    out_dir: Path,
+    *,
+    text_field: str = "text",
+    id_field: str = "id",
+    shard_rows: int = 10_000,
+    actors: int = 1,
+    threads_per_actor: int = 1,
+    device: str = "cpu",
+    dtype: str = "auto",
+    normalize: bool = True,
+    prompt_name: str | None = None,
+) -> dict[str, int]:
+    """Embed every unfinished shard; returns counts of shards done now, skipped and total."""
+    import ray
+
+    manifest = read_manifest(artifact)
+    files, shards = plan(inputs, shard_rows)
+    job = Job(
+        inputs=files,
+        artifact_variants={v.precision.value: v.sha256 for v in manifest.variants},
+        model_id=manifest.source.model_id,
+        text_field=text_field,
+        id_field=id_field,
+        shard_rows=shard_rows,
+        normalize=normalize,
+        prompt_name=prompt_name,
+    )
+    prepare_output(out_dir, job)
+    done = finished(out_dir, shards)
+    todo = [s for s in shards if s.index not in done]
+    total_rows = sum(s.rows for s in todo)
+    log.info(
+        "%d shards: %d already done, %d to embed (%d rows) with %d actor(s)",
+        len(shards),
+        len(done),
+        len(todo),
+        total_rows,
+        actors,
+    )
+    if not todo:
+        return {"embedded": 0, "skipped": len(done), "total": len(shards)}
+    if not ray.is_initialized():
+        ray.init()
+    items = [{"shard": msgspec.json.encode(s).decode()} for s in todo]
+    dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        ShardEmbedder,
+        fn_constructor_kwargs={
+            "artifact": str(artifact),
+            "job": msgspec.json.encode(job),
+            "out_dir": str(out_dir.resolve()),
+            "device": device,
+            "dtype": dtype,
+            "threads": threads_per_actor,
+        },
+        batch_size=1,  # one shard per call: a crash loses at most one shard per actor
+        concurrency=actors,
+        num_cpus=threads_per_actor,
+        batch_format="numpy",
+    )
+    started = time.monotonic()
+    embedded_rows = 0
+    embedded = 0
+    for row in _rows(dataset):
+        embedded += 1
+        embedded_rows += int(row["rows"])
+        rate = embedded_rows / max(time.monotonic() - started, 1e-9)
+        log.info(
+            "shard %s done: %d/%d shards, %d/%d rows, %.0f rows/s",
+            part_name(int(row["index"])),
+            embedded,
+            len(todo),
+            embedded_rows,
+            total_rows,
+            rate,
+        )
+    return {"embedded": embedded, "skipped": len(done), "total": len(shards)}
+
+
+def _rows(dataset: Any) -> Iterator[dict[str, Any]]:
+    rows: Iterator[dict[str, Any]] = dataset.iter_rows()
+    return rows
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tei-embed",
+        description="Embed a JSONL/Parquet corpus with a tei-onnx artifact on Ray Data; "
+        "writes Parquet shards (id, embedding) and resumes after a crash.",
+    )
+    p.add_argument("artifact", type=Path, help="artifact folder (tei-export / tei-bundle unpack)")
+    p.add_argument(
+        "paths",
+        type=Path,
+        nargs="+",
+        metavar="INPUT... OUTPUT_DIR",
+        help="*.jsonl / *.parquet files or folders of them, then the output folder",
+    )
+    p.add_argument("--text-field", default="text", help="field/column with the text (text)")
+    p.add_argument(
+        "--id-field",
+        default="id",
+        help="field/column with the id (id); the corpus row number when absent",
+    )
+    p.add_argument("--shard-rows", type=int, default=10_000, help="rows per output shard")
+    p.add_argument("--actors", type=int, default=1, help="model replicas (Ray actors)")
+    p.add_argument(
+        "--threads-per-actor",
+        type=int,
+        default=1,
+        help="CPUs reserved per actor and onnxruntime threads",
+    )
+    p.add_argument("--device", default="cpu", help="cpu|cuda|tensorrt|rocm|openvino|auto")
+    p.add_argument("--dtype", default="auto", help="auto|float32|float16|int8")
+    p.add_argument("--prompt-name", default=None, help="a prompt of the artifact's manifest")
+    p.add_argument("--no-normalize", action="store_true", help="keep vectors unnormalised")
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address (default: a local Ray, or $RAY_ADDRESS)",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if len(args.paths) < 2:
+        _parser().error("give at least one INPUT and the OUTPUT_DIR")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        import ray
+    except ImportError:
+        print("tei-embed: needs Ray: pip install 'tei-onnx[ray]'", file=sys.stderr)
+        return 1
+    if args.address:
+        ray.init(address=args.address)
+    try:
+        counts = run(
+            args.artifact,
+            args.paths[:-1],
+            args.paths[-1],
+            text_field=args.text_field,
+            id_field=args.id_field,
+            shard_rows=args.shard_rows,
+            actors=args.actors,
+            threads_per_actor=args.threads_per_actor,
+            device=args.device,
+            dtype=args.dtype,
+            normalize=not args.no_normalize,
+            prompt_name=args.prompt_name,
+        )
+    except (BatchError, ManifestError) as e:
+        print(f"tei-embed: error: {e}", file=sys.stderr)
+        return 1
+    except ray.exceptions.RayTaskError as e:
+        # An actor failed (a changed input, a bad row): its cause, not Ray's traceback.
+        print(f"tei-embed: error: {e.cause if e.cause is not None else e}", file=sys.stderr)
+        return 1
+    print(json.dumps(counts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""tei-embed: shard planning, reading, done markers and job checks (fast, no Ray), then the
+real thing on a local Ray with the MiniLM artifact, including a resumed run (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tei_runtime
+from tei_runtime import batch
+from tei_runtime.batch import BatchError, Job, embed_shard, finished, plan, prepare_output
+
+WORDS = ["hello", "world", "the", "cat", "dog", "sat", "on", "mat", "red", "blue", "green"]
+
+
+def _texts(n: int) -> list[str]:
+    return [" ".join(WORDS[(i + k) % len(WORDS)] for k in range(1 + i % 7)) for i in range(n)]
+
+
+def _write_jsonl(path: Path, n: int, *, start: int = 0, blank_every: int = 0) -> Path:
+    lines = []
+    for i, text in enumerate(_texts(n)):
+        lines.append(json.dumps({"id": f"doc-{start + i}", "text": text}))
+        if blank_every and i % blank_every == 0:
+            lines.append("")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _write_parquet(path: Path, n: int, row_group: int) -> Path:
+    table = pa.table({"id": list(range(1000, 1000 + n)), "text": _texts(n)})
+    pq.write_table(table, path, row_group_size=row_group)
+    return path
+
+
+def _job(artifact: Path, inputs: list[Path], shard_rows: int, **kw: object) -> Job:
+    files, _ = plan(inputs, shard_rows)
+    manifest = tei_runtime.load(artifact, device="cpu").manifest
+    return Job(
+        inputs=files,
+        artifact_variants={v.precision.value: v.sha256 for v in manifest.variants},
+        model_id=manifest.source.model_id,
+        text_field="text",
+        id_field="id",
+        shard_rows=shard_rows,
+        normalize=True,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def _read_output(out: Path) -> tuple[list[object], np.ndarray]:
+    # Per shard: a JSONL shard's ids are strings, a Parquet one's keep the column's type.
+    ids: list[object] = []
+    vectors: list[list[float]] = []
+    for path in sorted(out.glob("part-*.parquet")):
+        table = pq.read_table(path)
+        ids += table.column("id").to_pylist()
+        vectors += table.column("embedding").to_pylist()
+    return ids, np.array(vectors, dtype=np.float32)
+
+
+def test_plan_jsonl_and_parquet(tmp_path: Path) -> None:
+    a = _write_jsonl(tmp_path / "a.jsonl", 23, blank_every=5)
+    b = _write_parquet(tmp_path / "b.parquet", 17, row_group=4)
+    files, shards = plan([a, b], 10)
+    assert [f.rows for f in files] == [23, 17]
+    assert [(s.kind, s.start, s.rows, s.first_row) for s in shards] == [
+        ("jsonl", 0, 10, 0), ("jsonl", 10, 10, 10), ("jsonl", 20, 3, 20),
+        ("parquet", 0, 10, 23), ("parquet", 10, 7, 33),
+    ]  # fmt: skip
+    assert [s.index for s in shards] == [0, 1, 2, 3, 4]
+
+
+def test_read_shard_every_row_once(tmp_path: Path) -> None:
+    a = _write_jsonl(tmp_path / "a.jsonl", 23, blank_every=4)
+    b = _write_parquet(tmp_path / "b.parquet", 17, row_group=3)  # shards cross row groups
+    _, shards = plan([a, b], 5)
+    texts: list[str] = []
+    ids: list[object] = []
+    for shard in shards:
+        t, i = batch.read_shard(shard, "text", "id")
+        assert len(t) == shard.rows
+        texts += t
+        ids += i
+    assert texts == _texts(23) + _texts(17)
+    assert ids == [f"doc-{i}" for i in range(23)] + list(range(1000, 1017))
+
+
+def test_missing_id_field_uses_the_corpus_row(tmp_path: Path) -> None:
+    a = _write_jsonl(tmp_path / "a.jsonl", 4)
+    b = _write_parquet(tmp_path / "b.parquet", 6, row_group=2)
+    _, shards = plan([a, b], 4)
+    ids = [i for s in shards for i in batch.read_shard(s, "text", "no-such-field")[1]]
+    assert ids == list(range(10))
+
+
+def test_bad_rows_and_inputs(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "text": "ok"}\n{"id": 2, "body": "no text"}\n')
+    _, [shard] = plan([bad], 10)
+    with pytest.raises(BatchError, match=r"row 1 has no string field 'text'"):
+        batch.read_shard(shard, "text", "id")
+    (tmp_path / "x.csv").write_text("id,text\n")
+    with pytest.raises(BatchError, match=r"not \.jsonl or \.parquet"):
+        plan([tmp_path / "x.csv"], 10)
+    with pytest.raises(BatchError, match="no such file"):
+        plan([tmp_path / "nope.jsonl"], 10)
+    # A file that changed after planning is caught, not half-read.
+    _write_jsonl(tmp_path / "c.jsonl", 8)
+    _, shards = plan([tmp_path / "c.jsonl"], 5)
+    _write_jsonl(tmp_path / "c.jsonl", 6)
+    with pytest.raises(BatchError, match="changed since the job was planned"):
+        batch.read_shard(shards[1], "text", "id")
+
+
+def test_shards_vectors_markers_and_resume_set(toy_artifact: Path, tmp_path: Path) -> None:
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "out"
+    job = _job(toy_artifact, [corpus], 5)
+    prepare_output(out, job)
+    _, shards = plan([corpus], 5)
+    model = tei_runtime.load(toy_artifact, device="cpu")
+    assert finished(out, shards) == set()
+    for shard in shards:
+        assert embed_shard(model, job, shard, out) == shard.rows
+    assert finished(out, shards) == {0, 1, 2}
+    ids, vectors = _read_output(out)
+    assert ids == [f"doc-{i}" for i in range(12)]
+    np.testing.assert_allclose(vectors, model.embed(_texts(12)), atol=1e-6)
+    # A shard whose marker is missing or torn (a crash after the rename) is redone.
+    (out / "part-00001.done").unlink()
+    (out / "part-00002.done").write_text("{")
+    assert finished(out, shards) == {0}
+    assert not list(out.glob(".*tmp*"))
+
+
+def test_a_different_job_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "out"
+    prepare_output(out, _job(toy_artifact, [corpus], 5))
+    prepare_output(out, _job(toy_artifact, [corpus], 5))  # the same job resumes
+    with pytest.raises(BatchError, match=r"another job's shards \(it differs in: shard_rows\)"):
+        prepare_output(out, _job(toy_artifact, [corpus], 6))
+    _write_jsonl(corpus, 13)
+    with pytest.raises(BatchError, match=r"differs in: inputs"):
+        prepare_output(out, _job(toy_artifact, [corpus], 5))
+
+
+# ---- slow: a local Ray, the real MiniLM artifact -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_job_then_resume(
+    minilm_artifact: Path, tmp_path: Path, local_ray: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _write_jsonl(corpus / "a.jsonl", 70)
+    _write_parquet(corpus / "b.parquet", 50, row_group=16)
+    out = tmp_path / "out"
+    caplog.set_level("INFO", logger="tei_embed")
+    counts = batch.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2)
+    assert counts == {"embedded": 7, "skipped": 0, "total": 7}
+    assert "7/7 shards, 120/120 rows" in caplog.text  # progress lines
+    ids, vectors = _read_output(out)
+    texts = _texts(70) + _texts(50)
+    assert ids == [f"doc-{i}" for i in range(70)] + list(range(1000, 1050))
+    expected = tei_runtime.load(minilm_artifact, device="cpu").embed(texts)
+    np.testing.assert_allclose(vectors, expected, atol=2e-5)
+    assert vectors.shape == (120, 384)
+
+    # A crash: two shards never finished (one written but unmarked, one absent). The rerun
+    # redoes exactly those and leaves the finished ones' files untouched.
+    (out / "part-00002.done").unlink()
+    (out / "part-00005.parquet").unlink()
+    (out / "part-00005.done").unlink()
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
+    counts = batch.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2)
+    assert counts == {"embedded": 2, "skipped": 5, "total": 7}
+    for name, stamp in kept.items():
+        if name != "part-00002.parquet":
+            assert (out / name).stat().st_mtime_ns == stamp, name
+    ids2, vectors2 = _read_output(out)
+    assert ids2 == ids
+    np.testing.assert_allclose(vectors2, vectors, atol=2e-5)
+    # Nothing left to do: no Ray work at all.
+    assert batch.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2) == {
+        "embedded": 0, "skipped": 7, "total": 7,
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_cli_killed_then_resumed(minilm_artifact: Path, tmp_path: Path) -> None:
+    """The real `tei-embed` process killed mid-job, then rerun to completion."""
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 200)
+    out = tmp_path / "out"
+    cmd = [
+        str(Path(sys.executable).with_name("tei-embed")),
+        str(minilm_artifact),
+        str(corpus),
+        str(out),
+        "--shard-rows",
+        "10",
+        "--actors",
+        "1",
+        "--threads-per-actor",
+        "2",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # kill once the first shards are reported done
+        if "3/20 shards" in line:
+            proc.kill()
+            break
+    proc.wait(timeout=120)
+    assert proc.returncode != 0, "the job finished before it could be killed"
+    done_before = len(list(out.glob("*.done")))
+    assert 3 <= done_before < 20
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert counts["total"] == 20
+    assert counts["skipped"] >= done_before and counts["embedded"] == 20 - counts["skipped"]
+    ids, vectors = _read_output(out)
+    assert ids == [f"doc-{i}" for i in range(200)]
+    expected = tei_runtime.load(minilm_artifact, device="cpu").embed(_texts(200))
+    np.testing.assert_allclose(vectors, expected, atol=2e-5)
