@@ -1,0 +1,6 @@
+"""Side-by-side speed harness: sentence-transformers, infinity-emb, tei_runtime and tei-serve.
+
+`python -m bench` (or `just bench`) runs every engine on the same texts in one session and
+writes `bench/results/` (markdown table, JSON records, PNG chart). Nothing here is imported
+by the product packages, and the test suite never asserts a figure from it.
+"""

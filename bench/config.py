@@ -1,0 +1,71 @@
+"""Sizes of a run. Full: the committed figures (~10 min on 2 cores). Quick: a smoke run."""
+
+from __future__ import annotations
+
+import msgspec
+
+LENGTHS = ("short", "medium", "long", "mixed")
+# Target tokens per text (special tokens included). long is the model's max (256 for MiniLM).
+TARGET_TOKENS = {"short": 16, "medium": 128, "long": 256}
+
+_DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
+_SHORT = {v: k for k, v in _DTYPES.items()}
+
+
+def engines(dtypes: list[str]) -> list[str]:
+    """In run order: the baseline first, then ours in-process, ours over HTTP, infinity."""
+    ours = [_SHORT[d] for d in dtypes]
+    return (
+        ["st"]
+        + [f"runtime-{p}" for p in ours]
+        + [f"serve-{p}" for p in ours]
+        + ["infinity-optimum", "infinity-torch"]
+    )
+
+
+def dtype_of(engine: str) -> str:
+    """runtime-int8 -> int8, serve-fp32 -> float32 (tei_runtime / tei-serve names)."""
+    return _DTYPES[engine.rsplit("-", 1)[1]]
+
+
+def is_http(engine: str) -> bool:
+    return engine.startswith(("serve-", "infinity-"))
+
+
+class Sizes(msgspec.Struct, frozen=True, kw_only=True):
+    repeats: int
+    pool: int  # texts per length; calls cycle through them
+    batches: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    min_calls: int  # timed calls (requests) per cell, at least
+    min_seconds: float  # and at least this long ...
+    max_seconds: float  # ... but never longer than this, whatever min_calls says
+    # A cell whose one round (concurrency x batch x mean tokens) is over this many tokens is
+    # skipped: on 2 cores one round of 16 x 32 long texts alone takes minutes per engine.
+    round_token_cap: int
+    gemm_n: int
+
+
+FULL = Sizes(
+    repeats=3,
+    pool=64,
+    batches=(1, 32),
+    concurrencies=(1, 4, 16),
+    min_calls=2,
+    min_seconds=0.5,
+    max_seconds=1.5,
+    round_token_cap=17_000,
+    gemm_n=2048,
+)
+
+QUICK = Sizes(
+    repeats=1,
+    pool=8,
+    batches=(1, 4),
+    concurrencies=(1, 2),
+    min_calls=1,
+    min_seconds=0.0,
+    max_seconds=1.0,
+    round_token_cap=4_000,
+    gemm_n=256,
+)

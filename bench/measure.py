@@ -1,0 +1,92 @@
+"""The timed loop shared by in-process and HTTP engines.
+
+Call i embeds the pool's texts i*b .. i*b+b-1 (wrapping), so every engine sees the same texts
+in the same order. A cell runs until it has min_calls calls and min_seconds, or max_seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from bench.config import Sizes
+from bench.flops import text_flops
+from bench.records import Cell, Model
+from bench.texts import Pool
+
+
+def chunk(pool: Pool, i: int, batch: int) -> tuple[list[str], list[int]]:
+    idx = [(i * batch + j) % len(pool.texts) for j in range(batch)]
+    return [pool.texts[k] for k in idx], [pool.tokens[k] for k in idx]
+
+
+def run_cell(
+    call: Callable[[list[str]], object],
+    pool: Pool,
+    *,
+    engine: str,
+    length: str,
+    batch: int,
+    concurrency: int,
+    repeat: int,
+    sizes: Sizes,
+    model: Model,
+) -> Cell:
+    """`concurrency` threads issue calls; each call's latency is measured around `call`."""
+    call(chunk(pool, 0, batch)[0])  # warm: first-shape allocations, connection setup
+    lock = threading.Lock()
+    latencies: list[float] = []
+    tokens: list[int] = []
+    state = {"next": 0, "texts": 0}
+    # at least one full round of concurrency, else the cell measures a ramp, not a load
+    min_calls = max(sizes.min_calls, concurrency)
+    start = time.perf_counter()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                elapsed = time.perf_counter() - start
+                done = state["next"] >= min_calls and elapsed >= sizes.min_seconds
+                if done or elapsed >= sizes.max_seconds or errors:
+                    return
+                i = state["next"]
+                state["next"] += 1
+            texts, toks = chunk(pool, i, batch)
+            t = time.perf_counter()
+            try:
+                call(texts)
+            except BaseException as e:  # re-raised below, on the caller's thread
+                errors.append(e)
+                return
+            dt = time.perf_counter() - t
+            with lock:
+                latencies.append(dt)
+                tokens.extend(toks)
+                state["texts"] += len(texts)
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    seconds = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    lat_ms = np.array(latencies) * 1e3
+    return Cell(
+        engine=engine,
+        length=length,
+        batch=batch,
+        concurrency=concurrency,
+        repeat=repeat,
+        texts=state["texts"],
+        tokens=sum(tokens),
+        flops=text_flops(model, tokens),
+        seconds=seconds,
+        p50_ms=float(np.percentile(lat_ms, 50)),
+        p99_ms=float(np.percentile(lat_ms, 99)),
+    )

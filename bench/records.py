@@ -1,0 +1,74 @@
+"""Result records. msgspec Structs so one run round-trips through `results.json` exactly."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Cell(msgspec.Struct, frozen=True, kw_only=True):
+    """One measured cell of one engine in one repeat."""
+
+    engine: str
+    length: str  # short | medium | long | mixed
+    batch: int  # texts per call / per HTTP request
+    concurrency: int  # in-flight requests; 1 for in-process engines
+    repeat: int
+    texts: int  # texts embedded in the timed part
+    tokens: int  # real (unpadded) tokens of those texts, special tokens included
+    flops: float  # useful model FLOPs of those texts (see flops.py)
+    seconds: float  # wall time of the timed part
+    p50_ms: float  # per-call (in-process) or per-request (HTTP) latency
+    p99_ms: float
+
+
+class EngineRun(msgspec.Struct, frozen=True, kw_only=True):
+    """One process lifetime of one engine: its cold start, peak RSS and cells."""
+
+    engine: str
+    repeat: int
+    cold_start_s: float | None = None
+    peak_rss_mb: float | None = None
+    cells: list[Cell] = msgspec.field(default_factory=list)
+    min_cosine_vs_st: float | None = None  # on the mixed texts, filled by the orchestrator
+    error: str | None = None  # why the engine did not run (its own error text)
+
+
+class Machine(msgspec.Struct, frozen=True, kw_only=True):
+    cpu: str
+    cores: int  # CPUs this process may use
+    isa: list[str]  # the SIMD flags that matter for GEMM kernels
+    memory_gb: float
+    python: str
+    versions: dict[str, str]
+
+
+class Peak(msgspec.Struct, frozen=True, kw_only=True):
+    fp32_gflops: list[float]  # one figure per measurement (start and end of the run)
+    int8_gops: list[float]  # empty when not measured
+    threads: int
+    note: str = ""
+
+
+class Model(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    max_length: int
+    mflops_per_token_at_128: float
+
+
+class Run(msgspec.Struct, frozen=True, kw_only=True):
+    started: str  # ISO time
+    quick: bool
+    command: str
+    load_before: list[float]  # /proc/loadavg 1, 5, 15 minutes
+    load_after: list[float]
+    machine: Machine
+    peak: Peak
+    model: Model
+    workloads: dict[str, float]  # length name -> mean tokens per text
+    engines: list[EngineRun]
+    # min cosine on the mixed texts between our variants ("runtime-int8 vs runtime-fp32")
+    cosines: dict[str, float] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
