@@ -21,6 +21,7 @@ from tei_serve.app import Server, build_app
 from tei_serve.model import ModelLike
 from tei_serve.model_source import ModelSourceError, resolve
 from tei_serve.settings import Settings, SettingsError, load_settings
+from tei_serve.worker import Op, forward_in_pieces
 
 log = logging.getLogger("tei_serve")
 
@@ -96,12 +97,10 @@ def warm_up(model: ModelLike, settings: Settings) -> None:
         count = min(count, settings.max_batch_requests)
     encodings = model.encode(["warm up " * length] * count, truncate=True)
     task = model.manifest.task
-    if task in (Task.CLASSIFY, Task.RERANK):
-        model.forward_logits(encodings)
-    elif task is Task.SPARSE:
-        model.forward_sparse(encodings)
-    else:
-        model.forward_embed(encodings)
+    op = (Op.LOGITS if task in (Task.CLASSIFY, Task.RERANK)
+          else Op.SPARSE if task is Task.SPARSE else Op.EMBED)
+    # The same pieces a full batch runs as, so warm-up sizes the arena like real traffic.
+    forward_in_pieces(model, op, encodings)
 
 
 def uvicorn_config(server: Server) -> uvicorn.Config:

@@ -115,6 +115,9 @@ class FakeModel:
             labels = {0: "negative", 1: "neutral", 2: "positive"}
         self.manifest = make_manifest(task, max_input_length=max_input_length, labels=labels)
         self.max_input_length = max_input_length
+        # Large enough that the worker hands every batcher batch over whole.
+        self.default_batch_tokens = 1 << 30
+        self.max_batch_rows: int | None = None
         self.tokenizer = Tokenizer(tokenizer_json, max_input_length=max_input_length)
         rng = np.random.default_rng(0)
         self.table = rng.standard_normal((self.tokenizer.vocab_size, HIDDEN)).astype(np.float32)

@@ -1,0 +1,52 @@
+"""The worker runs a batcher batch as pieces under the model's own token budget, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from tei_runtime.data import Encoding
+from tei_serve.model import ModelLike
+from tei_serve.worker import Op, forward_in_pieces
+
+
+class Recorder:
+    def __init__(self, budget: int, max_rows: int | None = None) -> None:
+        self.default_batch_tokens = budget
+        self.max_batch_rows = max_rows
+        self.calls: list[list[int]] = []
+
+    def forward_embed(self, batch: Sequence[Encoding]) -> np.ndarray[Any, Any]:
+        self.calls.append([len(e) for e in batch])
+        return np.asarray([[float(e.ids[0]), float(len(e))] for e in batch], dtype=np.float32)
+
+
+def _enc(first_id: int, length: int) -> Encoding:
+    ids = (first_id,) + (1,) * (length - 1)
+    return Encoding(ids=ids, type_ids=(0,) * length, offsets=((0, 0),) * length)
+
+
+def test_pieces_respect_budget_and_keep_order() -> None:
+    lengths = [50, 3, 200, 7, 120, 7, 64, 1]
+    encodings = [_enc(i, n) for i, n in enumerate(lengths)]
+    model = Recorder(budget=256)
+    out = forward_in_pieces(cast(ModelLike, model), Op.EMBED, encodings)
+    assert [int(row[0]) for row in out] == list(range(len(lengths)))
+    assert [int(row[1]) for row in out] == lengths
+    assert len(model.calls) > 1
+    for call in model.calls:
+        assert max(call) * len(call) <= 256 or len(call) == 1
+    assert sorted(n for call in model.calls for n in call) == sorted(lengths)
+
+
+def test_small_batch_runs_whole_and_rows_cap_applies() -> None:
+    encodings = [_enc(i, 4) for i in range(6)]
+    whole = Recorder(budget=1024)
+    forward_in_pieces(cast(ModelLike, whole), Op.EMBED, encodings)
+    assert whole.calls == [[4] * 6]
+    capped = Recorder(budget=1024, max_rows=4)
+    out = forward_in_pieces(cast(ModelLike, capped), Op.EMBED, encodings)
+    assert [len(c) for c in capped.calls] == [4, 2]
+    assert [int(row[0]) for row in out] == list(range(6))
