@@ -6,7 +6,17 @@ times its size, the same measure as the server's batcher.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class _Sized(Protocol):
+    def __len__(self) -> int: ...
+
+
+S = TypeVar("S", bound=_Sized)
 
 
 def pack(lengths: Sequence[int], budget: int, *, max_rows: int | None = None) -> list[list[int]]:
@@ -32,3 +42,26 @@ def pack(lengths: Sequence[int], budget: int, *, max_rows: int | None = None) ->
     if current:
         batches.append(current)
     return batches
+
+
+def run_packed(
+    items: Sequence[S],
+    forward: Callable[[Sequence[S]], Sequence[T]],
+    budget: int,
+    *,
+    max_rows: int | None = None,
+) -> list[T]:
+    """`forward` over the `pack`ed batches of `items`; results in the order of `items`.
+
+    No items: no call. One batch that holds everything is passed on as it is, in order.
+    """
+    groups = pack([len(i) for i in items], budget, max_rows=max_rows)
+    if not groups:
+        return []
+    if len(groups) == 1:
+        return list(forward(items))
+    results: list[T | None] = [None] * len(items)
+    for indices in groups:
+        for i, value in zip(indices, forward([items[i] for i in indices]), strict=True):
+            results[i] = value
+    return [r for r in results if r is not None]

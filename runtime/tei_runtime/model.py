@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tei_runtime import pooling
-from tei_runtime.batching import pack
+from tei_runtime.batching import run_packed
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import ValidationError
 from tei_runtime.manifest import Manifest, ManifestError, Pooling, Precision, Task, Variant
@@ -249,12 +249,7 @@ class Model:
     ) -> list[T]:
         """Run `forward` over budget-packed, length-sorted batches; results in input order."""
         budget = batch_tokens if batch_tokens is not None else self.default_batch_tokens
-        results: list[T | None] = [None] * len(encodings)
-        for indices in pack([len(e) for e in encodings], budget, max_rows=self.max_batch_rows):
-            batch = [encodings[i] for i in indices]
-            for i, value in zip(indices, forward(batch), strict=True):
-                results[i] = value
-        return [r for r in results if r is not None]
+        return run_packed(encodings, forward, budget, max_rows=self.max_batch_rows)
 
     def _stack(self, rows: list[FloatArray], width: int) -> FloatArray:
         if not rows:

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from tei_runtime.batching import pack
+from tei_runtime.batching import run_packed
 from tei_runtime.data import Encoding
 from tei_serve.batcher import Batch, Batcher, Entry
 from tei_serve.errors import BackendError, UnhealthyError
@@ -216,13 +216,9 @@ def forward_in_pieces(
     padded tokens), measured on all-MiniLM-L6-v2 with 32 mixed-length texts per request, and
     its activations grew the process by hundreds of MB. On GPUs the budget is the whole batch.
     """
-    groups = pack([len(e) for e in encodings], model.default_batch_tokens,
-                  max_rows=model.max_batch_rows)
-    if len(groups) <= 1:
-        return _forward_once(model, kind, encodings)
-    results: list[Array | None] = [None] * len(encodings)
-    for indices in groups:
-        piece = _forward_once(model, kind, [encodings[i] for i in indices])
-        for i, value in zip(indices, piece, strict=True):
-            results[i] = value
-    return [r for r in results if r is not None]
+    return run_packed(
+        encodings,
+        lambda piece: _forward_once(model, kind, piece),
+        model.default_batch_tokens,
+        max_rows=model.max_batch_rows,
+    )
