@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from tei_runtime.batching import pack
 from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import ManifestError, Task
 from tei_serve.app import Server, build_app
@@ -90,17 +91,23 @@ def load_model(settings: Settings) -> tuple[ModelLike, str]:
 
 
 def warm_up(model: ModelLike, settings: Settings) -> None:
-    """One full batch, as TEI does: max_batch_tokens split into max_input_length sequences."""
+    """Run the largest piece a full batch is cut into (TEI runs the full batch itself).
+
+    A full batch is max_batch_tokens split into max_input_length sequences; the worker runs
+    it as equal pieces of the model's device budget, so one piece sizes the arena and checks
+    the graph as well as all of them would. Running all 16 CPU pieces of TEI's default batch
+    took 1.7 s of a 2.4 s start (all-MiniLM-L6-v2, 2 cores); GPUs get the whole batch.
+    """
     length = min(model.max_input_length, settings.max_batch_tokens)
     count = max(1, settings.max_batch_tokens // max(1, length))
     if settings.max_batch_requests is not None:
         count = min(count, settings.max_batch_requests)
-    encodings = model.encode(["warm up " * length] * count, truncate=True)
+    [one] = model.encode(["warm up " * length], truncate=True)
+    pieces = pack([len(one)] * count, model.default_batch_tokens, max_rows=model.max_batch_rows)
     task = model.manifest.task
     op = (Op.LOGITS if task in (Task.CLASSIFY, Task.RERANK)
           else Op.SPARSE if task is Task.SPARSE else Op.EMBED)
-    # The same pieces a full batch runs as, so warm-up sizes the arena like real traffic.
-    forward_in_pieces(model, op, encodings)
+    forward_in_pieces(model, op, [one] * len(pieces[0]))
 
 
 def uvicorn_config(server: Server) -> uvicorn.Config:
@@ -112,6 +119,10 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
         log_config=None,
         access_log=False,
         lifespan="on",
+        # Named, not "auto": a missing one fails the start instead of quietly costing ~1 ms
+        # a request (both are dependencies of the serving install).
+        loop="uvloop",
+        http="httptools",
         server_header=False,
         backlog=max(2048, s.max_concurrent_requests * 2),
     )

@@ -1,14 +1,20 @@
-"""The worker runs a batcher batch as pieces under the model's own token budget, in order."""
+"""The worker runs a batcher batch as pieces under the model's own token budget, in order;
+warm-up runs the largest of those pieces once."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
+import pytest
 
 from tei_runtime.data import Encoding
+from tei_runtime.manifest import Task
+from tei_serve.cli import warm_up
 from tei_serve.model import ModelLike
+from tei_serve.settings import Settings
 from tei_serve.worker import Op, forward_in_pieces
 
 
@@ -50,3 +56,31 @@ def test_small_batch_runs_whole_and_rows_cap_applies() -> None:
     out = forward_in_pieces(cast(ModelLike, capped), Op.EMBED, encodings)
     assert [len(c) for c in capped.calls] == [4, 2]
     assert [int(row[0]) for row in out] == list(range(6))
+
+
+class WarmRecorder(Recorder):
+    """Enough of a model for `warm_up`: a tokenizer that counts words, truncating."""
+
+    max_input_length = 256
+    manifest = SimpleNamespace(task=Task.EMBED)
+
+    def encode(self, texts: Sequence[str], *, truncate: bool) -> list[Encoding]:
+        assert truncate
+        return [_enc(2, min(len(t.split()) + 2, self.max_input_length)) for t in texts]
+
+
+@pytest.mark.parametrize(
+    ("budget", "max_rows", "max_batch_requests", "expected"),
+    [
+        (1024, None, None, [[256] * 4]),  # CPU: one of the 16 pieces of 4 x 256
+        (1 << 30, None, None, [[256] * 64]),  # GPU: the whole 16384-token batch
+        (1 << 30, 8, None, [[256] * 8]),  # TensorRT profile caps the rows
+        (1 << 30, None, 3, [[256] * 3]),  # --max-batch-requests caps the batch
+    ],
+)
+def test_warm_up_runs_the_largest_piece_once(
+    budget: int, max_rows: int | None, max_batch_requests: int | None, expected: list[list[int]]
+) -> None:
+    model = WarmRecorder(budget=budget, max_rows=max_rows)
+    warm_up(cast(ModelLike, model), Settings(max_batch_requests=max_batch_requests))
+    assert model.calls == expected
