@@ -6,11 +6,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from tei_runtime import pooling
-from tei_runtime.batching import run_packed
+from tei_runtime.batching import Packing, run_packed
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import ValidationError
 from tei_runtime.manifest import Manifest, ManifestError, Pooling, Precision, Task, Variant
@@ -29,6 +30,9 @@ LOGITS = "logits"
 # CPU runs fastest on small batches: all-MiniLM-L6-v2 on 2 cores did ~95 texts/s packed
 # by 1024 tokens against ~48 by 16384 (the cache, not padding: batches are length-sorted).
 CPU_BATCH_TOKENS = 1024
+# ... and on little padding: the same texts packed with at most 10% padding per forward ran
+# 1.3x faster (fp32) than by the budget alone. GPUs pay little for padding and much per run.
+CPU_MAX_PADDING = 0.1
 KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids", "position_ids"})
 
 
@@ -53,17 +57,14 @@ class Model:
         self.precision: Precision = choice.precision
         self.max_input_length: int = manifest.max_input_length
         self.max_batch_tokens = max_batch_tokens
-        self.default_batch_tokens = (
-            min(max_batch_tokens, CPU_BATCH_TOKENS)
-            if choice.device in (Device.CPU, Device.OPENVINO)
-            else max_batch_tokens
+        cpu = choice.device in (Device.CPU, Device.OPENVINO)
+        self.packing = Packing(
+            budget=min(max_batch_tokens, CPU_BATCH_TOKENS) if cpu else max_batch_tokens,
+            max_rows=TRT_MAX_BATCH if choice.device is Device.TENSORRT else None,
+            max_padding=CPU_MAX_PADDING if cpu else None,
         )
-        """Token budget of the high-level calls (embed, predict ...) when none is given."""
-        self.max_batch_rows: int | None = (
-            TRT_MAX_BATCH if choice.device is Device.TENSORRT else None
-        )
-        """Most entries one forward may hold (TensorRT's optimisation profiles end there);
-        None when only the token budget limits a batch."""
+        """How the high-level calls (embed, predict ...) cut their forwards on this device;
+        a server's batcher should cut its batches the same way."""
         self.artifact_dir = artifact_dir
         self.tokenizer = tokenizer
         self._backend = backend
@@ -248,8 +249,10 @@ class Model:
         batch_tokens: int | None,
     ) -> list[T]:
         """Run `forward` over budget-packed, length-sorted batches; results in input order."""
-        budget = batch_tokens if batch_tokens is not None else self.default_batch_tokens
-        return run_packed(encodings, forward, budget, max_rows=self.max_batch_rows)
+        rule = self.packing
+        if batch_tokens is not None:
+            rule = msgspec.structs.replace(rule, budget=batch_tokens)
+        return run_packed(encodings, forward, rule)
 
     def _stack(self, rows: list[FloatArray], width: int) -> FloatArray:
         if not rows:

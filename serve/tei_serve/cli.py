@@ -103,7 +103,7 @@ def warm_up(model: ModelLike, settings: Settings) -> None:
     if settings.max_batch_requests is not None:
         count = min(count, settings.max_batch_requests)
     [one] = model.encode(["warm up " * length], truncate=True)
-    pieces = pack([len(one)] * count, model.default_batch_tokens, max_rows=model.max_batch_rows)
+    pieces = pack([len(one)] * count, model.packing)
     task = model.manifest.task
     op = (Op.LOGITS if task in (Task.CLASSIFY, Task.RERANK)
           else Op.SPARSE if task is Task.SPARSE else Op.EMBED)

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tei_runtime.batching import Packing
 from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import Manifest
 
@@ -30,11 +31,9 @@ class ModelLike(Protocol):
     @property
     def max_input_length(self) -> int: ...
     @property
-    def default_batch_tokens(self) -> int:
-        """Padded tokens one forward should hold on this device (the runtime's CPU budget)."""
+    def packing(self) -> Packing:
+        """How one forward should be cut on this device (the runtime's own rule)."""
         ...
-    @property
-    def max_batch_rows(self) -> int | None: ...
 
     def encode(
         self,

@@ -215,10 +215,6 @@ def forward_in_pieces(
     of that size ran about 3x slower per text than pieces of the runtime's CPU budget (1024
     padded tokens), measured on all-MiniLM-L6-v2 with 32 mixed-length texts per request, and
     its activations grew the process by hundreds of MB. On GPUs the budget is the whole batch.
+    The runtime's `packing` also cuts CPU pieces where padding would pass 10%.
     """
-    return run_packed(
-        encodings,
-        lambda piece: _forward_once(model, kind, piece),
-        model.default_batch_tokens,
-        max_rows=model.max_batch_rows,
-    )
+    return run_packed(encodings, lambda piece: _forward_once(model, kind, piece), model.packing)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tei_runtime import errors as rt_errors
+from tei_runtime.batching import Packing
 from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import (
     SCHEMA_VERSION,
@@ -116,8 +117,7 @@ class FakeModel:
         self.manifest = make_manifest(task, max_input_length=max_input_length, labels=labels)
         self.max_input_length = max_input_length
         # Large enough that the worker hands every batcher batch over whole.
-        self.default_batch_tokens = 1 << 30
-        self.max_batch_rows: int | None = None
+        self.packing = Packing(budget=1 << 30)
         self.tokenizer = Tokenizer(tokenizer_json, max_input_length=max_input_length)
         rng = np.random.default_rng(0)
         self.table = rng.standard_normal((self.tokenizer.vocab_size, HIDDEN)).astype(np.float32)

@@ -10,6 +10,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from tei_runtime.batching import Packing
 from tei_runtime.data import Encoding
 from tei_runtime.manifest import Task
 from tei_serve.cli import warm_up
@@ -19,9 +20,10 @@ from tei_serve.worker import Op, forward_in_pieces
 
 
 class Recorder:
-    def __init__(self, budget: int, max_rows: int | None = None) -> None:
-        self.default_batch_tokens = budget
-        self.max_batch_rows = max_rows
+    def __init__(
+        self, budget: int, max_rows: int | None = None, max_padding: float | None = None
+    ) -> None:
+        self.packing = Packing(budget=budget, max_rows=max_rows, max_padding=max_padding)
         self.calls: list[list[int]] = []
 
     def forward_embed(self, batch: Sequence[Encoding]) -> np.ndarray[Any, Any]:
