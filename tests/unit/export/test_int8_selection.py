@@ -1,4 +1,4 @@
-"""Which MatMul the int8 variant keeps in fp32: layer 0's FFN down-projection only."""
+"""Which MatMuls the int8 variant keeps in fp32: the first two layers' FFN down-projections."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tei_export.precision import first_down_projection
+from tei_export.precision import early_down_projections
 
 
 def _graph(weights: list[tuple[str, tuple[int, int]]]) -> onnx.ModelProto:
@@ -25,17 +25,20 @@ def _graph(weights: list[tuple[str, tuple[int, int]]]) -> onnx.ModelProto:
     return helper.make_model(graph)
 
 
-def test_first_narrowing_matmul_is_kept() -> None:
+def test_first_narrowing_matmuls_are_kept() -> None:
     model = _graph([
         ("layer0.attn_out", (384, 384)),
         ("layer0.ffn_up", (384, 1536)),
         ("layer0.ffn_down", (1536, 384)),
         ("layer1.ffn_up", (384, 1536)),
         ("layer1.ffn_down", (1536, 384)),
+        ("layer2.ffn_up", (384, 1536)),
+        ("layer2.ffn_down", (1536, 384)),
         ("classifier", (384, 2)),
     ])
-    assert first_down_projection(model) == ["layer0.ffn_down"]
+    assert early_down_projections(model) == ["layer0.ffn_down", "layer1.ffn_down"]
+    assert early_down_projections(model, count=1) == ["layer0.ffn_down"]
 
 
 def test_no_narrowing_matmul_keeps_nothing() -> None:
-    assert first_down_projection(_graph([("a", (32, 32)), ("b", (32, 64))])) == []
+    assert early_down_projections(_graph([("a", (32, 32)), ("b", (32, 64))])) == []
