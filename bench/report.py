@@ -125,7 +125,9 @@ def targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
             return
         x = got / base
         ok = x <= goal if le else x >= goal
-        out.append((name, f"{x:.2f}x", "met" if ok else "missed"))
+        # Three digits where two would round a miss onto the goal (0.252 -> "0.25x missed").
+        shown = f"{x:.2f}x" if abs(x - goal) >= 0.01 else f"{x:.3f}x"
+        out.append((name, shown, "met" if ok else "missed"))
 
     check(f"serve-fp32 >= 1.6x ST fp32 (mixed, b{big}, c{conc})", tput("serve-fp32"), st, 1.6,
           False)  # fmt: skip
@@ -169,7 +171,6 @@ def targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
             if ours and theirs:
                 total += 1
                 wins += max(ours) > max(theirs)
-            fp32 = table.get(("serve-fp32", *cell))
         out.append(
             (
                 "ahead of infinity on every HTTP cell (best of ours vs best of theirs)",
@@ -178,15 +179,26 @@ def targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
             )
         )
         wins32 = total32 = 0
+        behind: list[str] = []
         for cell in sorted(cells):
             fp32 = table.get(("serve-fp32", *cell))
-            theirs = [table[(e, *cell)].texts_s for e in ("infinity-optimum", "infinity-torch")
+            rivals = [table[(e, *cell)] for e in ("infinity-optimum", "infinity-torch")
                       if (e, *cell) in table]  # fmt: skip
-            if fp32 and theirs:
+            if fp32 and rivals:
                 total32 += 1
-                wins32 += fp32.texts_s > max(theirs)
+                best = max(rivals, key=lambda r: r.texts_s)
+                if fp32.texts_s > best.texts_s:
+                    wins32 += 1
+                else:
+                    # A gap inside both spreads is a tie on this machine, not a loss to fix.
+                    length, batch, conc_ = cell
+                    behind.append(
+                        f"{length} b{batch} c{conc_} {fp32.texts_s / best.texts_s - 1:+.0%} "
+                        f"(spreads ±{fp32.spread:.0%} / ±{best.spread:.0%})"
+                    )
+        detail = f"; behind: {', '.join(behind)}" if behind else ""
         out.append(("serve-fp32 alone ahead of infinity's best (fp32 vs fp32)",
-                    f"{wins32}/{total32} cells", "met" if total32 and wins32 == total32
+                    f"{wins32}/{total32} cells{detail}", "met" if total32 and wins32 == total32
                     else "missed"))  # fmt: skip
     return out
 
