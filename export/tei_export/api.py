@@ -7,7 +7,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from tei_export import fuse, precision, validate
+from tei_export import external, fuse, precision, validate
 from tei_export.checkpoint import Checkpoint, read_checkpoint
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan, make_plan
@@ -74,11 +74,13 @@ def export_model(
     opset: int = 17,
     overwrite: bool = False,
     quiet: bool = False,
+    external_data: bool = False,
 ) -> Path:
     """Export MODEL (a folder or hub id) into the artifact folder OUTPUT_DIR and return it.
 
     Work happens in a temporary folder beside OUTPUT_DIR that is renamed into place at the
-    end, so a failure at any stage leaves nothing behind.
+    end, so a failure at any stage leaves nothing behind. Weights go into `<graph>.data`
+    files when the model is too big for one protobuf (~2 GB) or `external_data` is set.
     """
     output_dir = Path(output_dir).resolve()
     _prepare_output(output_dir, overwrite)
@@ -101,7 +103,9 @@ def export_model(
 
     work = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.partial-"))
     try:
-        manifest = _build(plan, source, checkpoint, work, progress, trust_remote_code)
+        manifest = _build(
+            plan, source, checkpoint, work, progress, trust_remote_code, external_data
+        )
         if output_dir.exists():
             shutil.rmtree(output_dir)
         work.rename(output_dir)
@@ -119,29 +123,36 @@ def _build(
     work: Path,
     progress: Progress,
     trust_remote_code: bool,
+    force_external_data: bool,
 ) -> Manifest:
     from tei_export.reference import load_module
     from tei_export.trace import trace
 
     vocab_size = int(str(checkpoint.config.get("vocab_size", 0))) or 1000
     tokenizer_files = checkpoint.tokenizer_files
-    raw = work / "traced.onnx"
+    # Its own folder: over 2 GB the tracer writes one external file per weight beside it.
+    raw = work / "trace" / "traced.onnx"
+    raw.parent.mkdir()
     with progress.stage("load PyTorch model"):
         module = load_module(plan, source.path, trust_remote_code=trust_remote_code)
     with progress.stage("trace to ONNX"):
         trace(module, plan, raw, vocab_size)
         del module
+    external_data = external.needs_external_data(raw, force=force_external_data)
+    if external_data:
+        progress.note(f"weights go to external data files ({external.data_file_name(raw)} style)")
     fp32 = work / "model.fp32.onnx"
     with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
-        fused_counts = {Precision.FP32: fuse.fuse(plan, raw, fp32)}
-        raw.unlink()
+        fused_counts = {Precision.FP32: fuse.fuse(plan, raw, fp32, external_data=external_data)}
+        shutil.rmtree(raw.parent)
     files = {Precision.FP32: fp32}
     for wanted in plan.precisions:
         if wanted is Precision.FP32:
             continue
         path = work / f"model.{wanted.value}.onnx"
         with progress.stage(f"{wanted.value} variant"):
-            (precision.to_fp16 if wanted is Precision.FP16 else precision.to_int8)(fp32, path)
+            convert = precision.to_fp16 if wanted is Precision.FP16 else precision.to_int8
+            convert(fp32, path, external_data=external_data)
             fused_counts[wanted] = fuse.count_fused_ops(path)
         files[wanted] = path
 
@@ -171,6 +182,9 @@ def _build(
                 file=path.name,
                 precision=result.precision,
                 sha256=sha256_file(path),
+                external_data={
+                    name: sha256_file(work / name) for name in external.data_files(path)
+                },
                 fused_ops=fused_counts[result.precision],
                 validation=Validation(
                     min_cosine=result.min_cosine,
@@ -181,6 +195,8 @@ def _build(
             )
         )
     if Precision.FP32 not in plan.precisions:
+        for name in external.data_files(fp32):
+            (work / name).unlink()
         fp32.unlink()
         variants = [v for v in variants if v.precision is not Precision.FP32]
 

@@ -65,6 +65,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trust-remote-code", action="store_true", help="allow the model's own Python code"
     )
+    p.add_argument(
+        "--external-data",
+        action="store_true",
+        help="write each graph's weights to <graph>.data even when it fits in one file "
+        "(automatic over ~2 GB)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
@@ -87,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             trust_remote_code=args.trust_remote_code,
             opset=args.opset,
             overwrite=args.overwrite,
+            external_data=args.external_data,
             quiet=args.quiet,
         )
     except (ExportError, CardError) as e:

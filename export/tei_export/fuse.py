@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import collections
-import shutil
 import warnings
 from pathlib import Path
 
 import onnx
 
+from tei_export import external
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan
 
@@ -63,10 +63,10 @@ def check_fusion(plan: ExportPlan, counts: dict[str, int]) -> None:
         )
 
 
-def fuse(plan: ExportPlan, src: Path, dst: Path) -> dict[str, int]:
+def fuse(plan: ExportPlan, src: Path, dst: Path, *, external_data: bool) -> dict[str, int]:
     optimizer = plan.card.fusion.optimizer
     if optimizer == "none":
-        shutil.copyfile(src, dst)
+        external.save(onnx.load(str(src)), dst, external=external_data)
     else:
         from onnxruntime.transformers.optimizer import optimize_model
 
@@ -81,7 +81,8 @@ def fuse(plan: ExportPlan, src: Path, dst: Path) -> dict[str, int]:
                 hidden_size=plan.encoder_hidden_size,
                 opt_level=0,
             )
-        model.save_model_to_file(str(dst))
+        # Adds the com.microsoft opset import the fused ops need; `<dst>.data` as external.save.
+        model.save_model_to_file(str(dst), use_external_data_format=external_data)
     counts = count_fused_ops(dst)
     check_fusion(plan, counts)
     return counts

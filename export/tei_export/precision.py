@@ -46,17 +46,18 @@ def _quiet_root_logger() -> Iterator[None]:
         root.setLevel(level)
 
 
-def to_fp16(src: Path, dst: Path) -> None:
+def to_fp16(src: Path, dst: Path, *, external_data: bool) -> None:
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     model = OnnxModel(onnx.load(str(src)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.convert_float_to_float16(keep_io_types=True, op_block_list=FP16_KEEP_FP32)
-    model.save_model_to_file(str(dst))
+    # Adds the com.microsoft opset import the fused ops need; `<dst>.data` as external.save.
+    model.save_model_to_file(str(dst), use_external_data_format=external_data)
 
 
-def to_int8(src: Path, dst: Path) -> None:
+def to_int8(src: Path, dst: Path, *, external_data: bool) -> None:
     """Dynamic int8 for CPUs, chosen by measurement on all-MiniLM-L6-v2 (this project's 2-CPU
     VM, which has VNNI; 133 mixed texts, min cosine against sentence-transformers, texts/s at
     batch 32 against fp32's 92):
@@ -85,6 +86,8 @@ def to_int8(src: Path, dst: Path) -> None:
                 reduce_range=True,
                 op_types_to_quantize=["MatMul"],
                 nodes_to_exclude=keep_fp32,
+                # Writes <dst>.data, the same name external.save uses.
+                use_external_data_format=external_data,
                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
             )
     except (RuntimeError, ValueError) as e:
