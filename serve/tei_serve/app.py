@@ -21,6 +21,7 @@ from tei_serve.model import ModelLike
 from tei_serve.protocol import ENCODER, ClassifierModel, EmbeddingModel, Info
 from tei_serve.routes import build_routes, openapi_document
 from tei_serve.settings import Settings
+from tei_serve.tracing import Tracing, make_tracing
 from tei_serve.worker import Worker
 
 log = logging.getLogger("tei_serve")
@@ -44,6 +45,7 @@ class Server:
     metrics: Metrics = field(init=False)
     worker: Worker = field(init=False)
     infer: Infer = field(init=False)
+    tracing: Tracing | None = field(init=False)
     info_json: bytes = field(init=False)
     openapi_json: bytes = field(init=False)
 
@@ -68,6 +70,7 @@ class Server:
             default_prompt=s.default_prompt,
             clock=self.clock,
         )
+        self.tracing = make_tracing(s.otlp_endpoint, s.otlp_service_name)
         self.info_json = ENCODER.encode(self.info())
         self.openapi_json = openapi_document()
 
@@ -118,6 +121,8 @@ def build_app(server: Server) -> Litestar:
             # The ASGI server has answered every accepted request by now; finish the queue.
             await server.worker.stop()
             server.infer.close()
+            if server.tracing is not None:
+                server.tracing.shutdown()
 
     origins = list(s.cors_allow_origin) if s.cors_allow_origin else ["*"]
     cors = CORSConfig(

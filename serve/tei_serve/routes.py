@@ -224,8 +224,17 @@ def build_routes(srv: Server) -> list[HTTPRouteHandler]:
     ) -> Response[bytes]:
         """Time, count and log one inference request; cancel it if the client leaves."""
         meta = Meta(start=srv.clock())
-        content, method, family, n = await until_disconnect(request, _run(work, meta))
+        try:
+            content, method, family, n = await until_disconnect(request, _run(work, meta))
+        except Exception as e:
+            if srv.tracing is not None:
+                srv.tracing.record(
+                    request.url.path, request.headers, meta, srv.clock() - meta.start, error=e
+                )
+            raise
         record(meta, method, family, n)
+        if srv.tracing is not None:
+            srv.tracing.record(request.url.path, request.headers, meta, srv.clock() - meta.start)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s %s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",

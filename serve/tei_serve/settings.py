@@ -175,9 +175,11 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--payload-limit", _positive_int, "Largest request body in bytes (413 above)."),
     _Option("--api-key", str, "Require `Authorization: Bearer <key>` (secret)."),
     _Option("--json-output", None, "Log JSON lines."),
-    _Option("--disable-spans", None, "Accepted for compatibility."),
-    _Option("--otlp-endpoint", str, "Accepted for compatibility; tracing is not exported."),
-    _Option("--otlp-service-name", str, "Accepted for compatibility."),
+    _Option("--disable-spans", None, "Accepted for compatibility (TEI's span fields in log "
+            "lines; these logs have none)."),
+    _Option("--otlp-endpoint", str, "OTLP/gRPC collector for request spans, e.g. "
+            "http://localhost:4317. Default: no tracing."),
+    _Option("--otlp-service-name", str, "service.name of the exported spans."),
     _Option("--prometheus-port", _port, "Accepted for compatibility; metrics are on /metrics."),
     _Option("--cors-allow-origin", str, "Allowed CORS origins (repeat or comma-separate). "
             "Default: any.", multiple=True),
