@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
+from tei_runtime.bundle import artifact_folder
 from tei_runtime.manifest import ManifestError, read_manifest
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tei_embed")
 
 JOB_FILE = "_tei_embed.json"
+BUNDLE_CACHE = ".bundle"
 SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
 
 
@@ -336,6 +338,8 @@ def run(
     """Embed every unfinished shard; returns counts of shards done now, skipped and total."""
     import ray
 
+    # A bundle is unpacked beside the shards: storage every actor writes to, kept for resumes.
+    artifact = artifact_folder(artifact, out_dir / BUNDLE_CACHE)
     manifest = read_manifest(artifact)
     files, shards = plan(inputs, shard_rows)
     job = Job(
@@ -413,7 +417,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Embed a JSONL/Parquet corpus with a tei-onnx artifact on Ray Data; "
         "writes Parquet shards (id, embedding) and resumes after a crash.",
     )
-    p.add_argument("artifact", type=Path, help="artifact folder (tei-export / tei-bundle unpack)")
+    p.add_argument(
+        "artifact", type=Path,
+        help="artifact folder (tei-export), or a tei-bundle tar (unpacked once into "
+        f"OUTPUT_DIR/{BUNDLE_CACHE}/)",
+    )  # fmt: skip
     p.add_argument(
         "paths",
         type=Path,

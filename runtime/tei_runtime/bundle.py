@@ -314,6 +314,22 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
         raise
 
 
+def is_bundle_file(path: Path) -> bool:
+    """What `--model-id` / tei-embed treat as a bundle: a file named *.tar, or a tei-bundle."""
+    return path.is_file() and (path.suffix == ".tar" or is_bundle(path))
+
+
+def artifact_folder(path: Path, cache_root: Path) -> Path:
+    """`path` as an artifact folder to load: a bundle is verified and unpacked once under
+    `cache_root` (unpack_cached); an unpacked bundle folder is checked against its file list;
+    any other folder is returned as it is."""
+    if is_bundle_file(path):
+        return unpack_cached(path, cache_root)
+    if (path / BUNDLE_MANIFEST).is_file():
+        verify_folder(path)
+    return path
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tei-bundle",

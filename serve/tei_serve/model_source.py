@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from tei_runtime.bundle import BUNDLE_MANIFEST, is_bundle, unpack_cached, verify_folder
+from tei_runtime.bundle import artifact_folder, is_bundle_file
 from tei_runtime.manifest import MANIFEST_NAME
 
 log = logging.getLogger("tei_serve")
@@ -79,14 +79,10 @@ def resolve(
         reported = DEFAULT_MODEL_ID
     else:
         source_path = Path(model_id)
-        if source_path.is_file() and (source_path.suffix == ".tar" or is_bundle(source_path)):
+        if is_bundle_file(source_path) or (source_path / MANIFEST_NAME).is_file():
             # Air-gapped hosts: a bundle never goes near the exporter or the hub.
             bundles = hub_cache(cache_dir) / "tei-onnx" / "bundles"
-            return unpack_cached(source_path, bundles), model_id
-        if (source_path / MANIFEST_NAME).is_file():
-            if (source_path / BUNDLE_MANIFEST).is_file():
-                verify_folder(source_path)
-            return source_path, model_id
+            return artifact_folder(source_path, bundles), model_id
         source = source_path
         reported = model_id
     name = str(source) if source.exists() else str(model_id)

@@ -242,3 +242,36 @@ def test_cli_killed_then_resumed(minilm_artifact: Path, tmp_path: Path) -> None:
     assert ids == [f"doc-{i}" for i in range(200)]
     expected = tei_runtime.load(minilm_artifact, device="cpu").embed(_texts(200))
     np.testing.assert_allclose(vectors, expected, atol=2e-5)
+
+
+def test_a_changed_bundle_is_refused_before_any_work(toy_artifact: Path, tmp_path: Path) -> None:
+    from tei_runtime import bundle
+    from tei_runtime.manifest import ManifestError
+
+    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    data = bytearray(tar.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tar.write_bytes(bytes(data))
+    corpus = _write_jsonl(tmp_path / "a.jsonl", 5)
+    with pytest.raises(ManifestError):
+        batch.run(tar, [corpus], tmp_path / "out", shard_rows=5)
+    assert not list((tmp_path / "out").glob("part-*"))
+
+
+@pytest.mark.slow
+def test_ray_job_from_a_bundle(minilm_artifact: Path, tmp_path: Path, local_ray: None) -> None:
+    from tei_runtime import bundle
+
+    tar = bundle.pack(minilm_artifact, tmp_path / "minilm.tar")
+    corpus = _write_jsonl(tmp_path / "a.jsonl", 30)
+    out = tmp_path / "out"
+    assert batch.run(tar, [corpus], out, shard_rows=10, actors=1) == {
+        "embedded": 3, "skipped": 0, "total": 3,
+    }  # fmt: skip
+    [unpacked] = (out / batch.BUNDLE_CACHE).iterdir()
+    assert (unpacked / "manifest.json").is_file()
+    _, vectors = _read_output(out)
+    expected = tei_runtime.load(minilm_artifact, device="cpu").embed(_texts(30))
+    np.testing.assert_allclose(vectors, expected, atol=2e-5)
+    # The same bundle again is the same job: nothing to redo, the unpack is reused.
+    assert batch.run(tar, [corpus], out, shard_rows=10, actors=1)["skipped"] == 3
