@@ -220,21 +220,29 @@ def build_routes(srv: Server) -> list[HTTPRouteHandler]:
 
     async def guarded(
         request: AnyRequest,
+        handler: str,
         work: Callable[[Meta], Awaitable[tuple[bytes, str, str, int]]],
     ) -> Response[bytes]:
-        """Time, count and log one inference request; cancel it if the client leaves."""
+        """Time, count, trace and log one inference request; cancel it if the client leaves.
+
+        `handler` is TEI's name for what runs (its span name: `/` runs `embed`, `rerank` ...).
+        """
         meta = Meta(start=srv.clock())
+
+        def trace(error: Exception | None = None) -> None:
+            if srv.tracing is not None:
+                srv.tracing.record(
+                    handler, request.url.path, request.headers, meta, srv.clock() - meta.start,
+                    error=error,
+                )  # fmt: skip
+
         try:
             content, method, family, n = await until_disconnect(request, _run(work, meta))
         except Exception as e:
-            if srv.tracing is not None:
-                srv.tracing.record(
-                    request.url.path, request.headers, meta, srv.clock() - meta.start, error=e
-                )
+            trace(e)
             raise
         record(meta, method, family, n)
-        if srv.tracing is not None:
-            srv.tracing.record(request.url.path, request.headers, meta, srv.clock() - meta.start)
+        trace()
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s %s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
@@ -466,55 +474,55 @@ def build_routes(srv: Server) -> list[HTTPRouteHandler]:
     @post("/embed", guards=guards)
     async def embed(request: AnyRequest) -> Response[bytes]:
         req = decode(await read_body(request), EmbedRequest)
-        return await guarded(request, lambda m: do_embed(req, m))
+        return await guarded(request, "embed", lambda m: do_embed(req, m))
 
     @post("/embed_all", guards=guards)
     async def embed_all(request: AnyRequest) -> Response[bytes]:
         req = decode(await read_body(request), EmbedAllRequest)
-        return await guarded(request, lambda m: do_embed_all(req, m))
+        return await guarded(request, "embed_all", lambda m: do_embed_all(req, m))
 
     @post("/embed_sparse", guards=guards)
     async def embed_sparse(request: AnyRequest) -> Response[bytes]:
         req = decode(await read_body(request), EmbedAllRequest)
-        return await guarded(request, lambda m: do_embed_sparse(req, m))
+        return await guarded(request, "embed_sparse", lambda m: do_embed_sparse(req, m))
 
     @post(["/v1/embeddings", "/embeddings"], guards=guards)
     async def openai_embed(request: AnyRequest) -> Response[bytes]:
         req = decode(await read_body(request), OpenAIRequest)
-        return await guarded(request, lambda m: do_openai(req, m))
+        return await guarded(request, "openai_embed", lambda m: do_openai(req, m))
 
     @post("/similarity", guards=guards)
     async def similarity(request: AnyRequest) -> Response[bytes]:
         req = decode(await read_body(request), SimilarityRequest)
-        return await guarded(request, lambda m: do_similarity(req, m))
+        return await guarded(request, "similarity", lambda m: do_similarity(req, m))
 
     @post("/predict", guards=guards)
     async def predict(request: AnyRequest) -> Response[bytes]:
         req = decode(await read_body(request), PredictRequest)
-        return await guarded(request, lambda m: do_predict(req, m))
+        return await guarded(request, "predict", lambda m: do_predict(req, m))
 
     @post("/rerank", guards=guards)
     async def rerank(request: AnyRequest) -> Response[bytes]:
         req = decode(await read_body(request), RerankRequest)
-        return await guarded(request, lambda m: do_rerank(req, m))
+        return await guarded(request, "rerank", lambda m: do_rerank(req, m))
 
     @post(["/", "/invocations"], guards=guards)
     async def invocations(request: AnyRequest) -> Response[bytes]:
         body = await read_body(request)
         if task is Task.CLASSIFY:
             p = decode(body, PredictRequest)
-            return await guarded(request, lambda m: do_predict(p, m))
+            return await guarded(request, "predict", lambda m: do_predict(p, m))
         if task is Task.RERANK:
             r = decode(body, RerankRequest)
-            return await guarded(request, lambda m: do_rerank(r, m))
+            return await guarded(request, "rerank", lambda m: do_rerank(r, m))
         if os.environ.get("TASK") == "sentence-similarity":
             s = decode(body, SimilarityRequest)
-            return await guarded(request, lambda m: do_similarity(s, m))
+            return await guarded(request, "similarity", lambda m: do_similarity(s, m))
         if task is Task.SPARSE:
             sp = decode(body, EmbedAllRequest)
-            return await guarded(request, lambda m: do_embed_sparse(sp, m))
+            return await guarded(request, "embed_sparse", lambda m: do_embed_sparse(sp, m))
         e = decode(body, EmbedRequest)
-        return await guarded(request, lambda m: do_embed(e, m))
+        return await guarded(request, "embed", lambda m: do_embed(e, m))
 
     @post("/tokenize", guards=guards)
     async def tokenize(request: AnyRequest) -> Response[bytes]:

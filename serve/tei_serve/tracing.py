@@ -1,10 +1,11 @@
 """OpenTelemetry spans of inference requests, exported over OTLP/gRPC (`--otlp-endpoint`).
 
-Like TEI, one span per request named after its handler, with child spans for tokenization,
-queueing and inference, continuing the caller's trace when it sends a W3C `traceparent`
-header. The spans are written once the request is answered, from the timings the x-* headers
-already carry (so the hot path pays nothing more when tracing is off); for a batch request the
-queue and inference children span the per-input averages, as TEI's headers do.
+Like TEI, one span per request named after its handler (embed, rerank, openai_embed ...),
+with child spans for tokenization, queueing and inference, continuing the caller's trace
+when it sends a W3C `traceparent` header. The spans are written once the request is
+answered, from the timings the x-* headers already carry (so the hot path pays nothing more
+when tracing is off); for a batch request the queue and inference children span the
+per-input averages, as TEI's headers do.
 """
 
 from __future__ import annotations
@@ -17,25 +18,6 @@ from tei_serve.infer import Meta
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
-
-# TEI's handler names, which its dashboards and trace queries use.
-SPAN_NAMES = {
-    "/embed": "embed",
-    "/embed_all": "embed_all",
-    "/embed_sparse": "embed_sparse",
-    "/embeddings": "openai_embed",
-    "/v1/embeddings": "openai_embed",
-    "/similarity": "similarity",
-    "/predict": "predict",
-    "/rerank": "rerank",
-    "/invocations": "vertex_compatibility",
-    "/": "vertex_compatibility",
-}
-
-
-def span_name(path: str) -> str:
-    return SPAN_NAMES.get(path, path.strip("/").replace("/", "_") or "root")
-
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}ms"
@@ -59,21 +41,23 @@ class Tracing:
 
     def record(
         self,
-        path: str,
+        handler: str,
+        route: str,
         headers: Mapping[str, str],
         meta: Meta,
         elapsed: float,
         error: BaseException | None = None,
     ) -> None:
-        """Spans of one answered (or failed) request that has run for `elapsed` seconds."""
+        """Spans of one answered (or failed) request that has run for `elapsed` seconds; the
+        request span is named after the TEI `handler` that ran (TEI's span names)."""
         from opentelemetry import trace
 
         end = time.time_ns()
         start = end - int(elapsed * 1e9)
         parent = self.propagator.extract(carrier=dict(headers))
-        span = self.tracer.start_span(span_name(path), context=parent, start_time=start)
+        span = self.tracer.start_span(handler, context=parent, start_time=start)
         span.set_attributes({
-            "http.route": path,
+            "http.route": route,
             "total_time": _ms(elapsed),
             "tokenization_time": _ms(meta.tokenization),
             "queue_time": _ms(meta.queue),

@@ -61,6 +61,7 @@ def test_request_spans_are_exported_in_the_callers_trace(
     ok_reply = r.client.post("/embed", json={"inputs": ["hello world"]}, headers=headers)
     assert ok_reply.status_code == 200
     assert r.client.post("/embed", json={"inputs": [""]}).status_code == 400
+    assert r.client.post("/", json={"inputs": "via the root route"}).status_code == 200
     r.stop()  # shutdown flushes the batch processor
     assert servicer.arrived.wait(10), "no spans reached the collector"
 
@@ -70,7 +71,10 @@ def test_request_spans_are_exported_in_the_callers_trace(
     for _, span in spans:
         by_name.setdefault(span.name, []).append(span)
     embeds = by_name["embed"]
-    assert len(embeds) == 2
+    assert len(embeds) == 3  # `/` runs TEI's embed handler on an embedding model
+    routes = sorted({a.key: a.value for a in s.attributes}["http.route"].string_value
+                    for s in embeds)  # fmt: skip
+    assert routes == ["/", "/embed", "/embed"]
     ok = next(s for s in embeds if s.trace_id.hex() == TRACE_ID)
     assert ok.parent_span_id.hex() == PARENT_ID
     attrs = {a.key: a.value for a in ok.attributes}
@@ -81,7 +85,7 @@ def test_request_spans_are_exported_in_the_callers_trace(
     assert ok.start_time_unix_nano <= stages["tokenize"].start_time_unix_nano
     assert stages["inference"].end_time_unix_nano <= ok.end_time_unix_nano
 
-    failed = next(s for s in embeds if s is not ok)
+    failed = next(s for s in embeds if s.status.code != 0)
     assert failed.trace_id.hex() != TRACE_ID  # no traceparent: a trace of its own
     assert failed.status.code == 2  # STATUS_CODE_ERROR
     assert "cannot be empty" in failed.status.message
