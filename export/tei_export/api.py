@@ -140,7 +140,7 @@ def _build(
         del module
     external_data = external.needs_external_data(raw, force=force_external_data)
     if external_data:
-        progress.note(f"weights go to external data files ({external.data_file_name(raw)} style)")
+        progress.note("weights go to one external <graph>.data file per variant")
     fp32 = work / "model.fp32.onnx"
     with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
         fused_counts = {Precision.FP32: fuse.fuse(plan, raw, fp32, external_data=external_data)}

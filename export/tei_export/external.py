@@ -37,13 +37,9 @@ def needs_external_data(graph: Path, *, force: bool = False) -> bool:
     )
 
 
-def data_file_name(graph: Path) -> str:
-    return graph.name + ".data"
-
-
 def save(model: onnx.ModelProto, dst: Path, *, external: bool) -> None:
     """Write `model` to `dst`, its weights into `<dst>.data` when `external`."""
-    sidecar = dst.with_name(data_file_name(dst))
+    sidecar = dst.with_name(dst.name + ".data")
     sidecar.unlink(missing_ok=True)  # onnx appends to an existing data file
     if external:
         onnx.save_model(
