@@ -20,10 +20,8 @@ from tei_serve.worker import Op, forward_in_pieces
 
 
 class Recorder:
-    def __init__(
-        self, budget: int, max_rows: int | None = None, max_padding: float | None = None
-    ) -> None:
-        self.packing = Packing(budget=budget, max_rows=max_rows, max_padding=max_padding)
+    def __init__(self, budget: int, max_rows: int | None = None) -> None:
+        self.packing = Packing(budget=budget, max_rows=max_rows)
         self.calls: list[list[int]] = []
 
     def forward_embed(self, batch: Sequence[Encoding]) -> np.ndarray[Any, Any]:
