@@ -45,11 +45,14 @@ class ExportModule(torch.nn.Module):
         self.input_names = list(plan.inputs)
         self.head = plan.head
         self.pooling = plan.pooling
+        self.decoder = plan.card.decoder
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         feeds = dict(zip(self.input_names, inputs, strict=True))
         mask = feeds["attention_mask"]
-        out = self.model(**feeds)
+        # Keyword inputs only: positional ones would land on use_cache & co in 5.x signatures.
+        options: dict[str, Any] = {"use_cache": False} if self.decoder else {}
+        out = self.model(**feeds, **options)
         if self.head is Head.SEQUENCE_CLASSIFICATION:
             return out["logits"]
         if self.head is Head.MASKED_LM:
@@ -99,19 +102,7 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
 
 @contextlib.contextmanager
 def export_patches(module: ExportModule, plan: ExportPlan) -> Iterator[None]:
-    """Decoders trace only under optimum's patches (its mask creation is traceable)."""
-    if not plan.card.decoder:
-        yield
-        return
-    import optimum.exporters.onnx.model_configs  # noqa: F401  (registers the configs)
-    from optimum.exporters.tasks import TasksManager
-
-    model = module.model
-    constructor = TasksManager.get_exporter_config_constructor(
-        exporter="onnx", model=model, task="feature-extraction", library_name="transformers"
-    )
-    with constructor(model.config).patch_model_for_export(model):
-        yield
+    yield
 
 
 def example_inputs(plan: ExportPlan, lengths: list[int], vocab_size: int) -> list[torch.Tensor]:
