@@ -132,6 +132,7 @@ def build_checkpoint(
         + (["token_type_ids"] if model_type in WITH_TOKEN_TYPES else []),
     }
     (dest / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    _save_the_tokenizer_transformers_builds(dest)
     if st_pooling is not None:
         _write_sentence_transformers(dest, st_pooling, dense_out, prompts)
     return dest
@@ -203,3 +204,15 @@ def build_bidirectional_gemma3(dest: Path, **options: Any) -> Path:
     config["use_bidirectional_attention"] = True
     (dest / "config.json").write_text(json.dumps(config))
     return dest
+
+
+def _save_the_tokenizer_transformers_builds(dest: Path) -> None:
+    """transformers 5 ignores the tokenizer class a checkpoint names for some model types (qwen2)
+    and rebuilds its own pipeline around the vocabulary. A real checkpoint's tokenizer.json is
+    that pipeline; write it so, so the runtime (which reads tokenizer.json, as TEI does) and
+    sentence-transformers tokenize alike."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(dest))
+    if type(tokenizer).__name__ not in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        tokenizer.backend_tokenizer.save(str(dest / "tokenizer.json"))
