@@ -94,3 +94,188 @@ def build_encoder(
     if st_pooling is not None:
         _write_sentence_transformers(dest, st_pooling, None, None)
     return dest
+
+
+# Hub (remote-code) layouts: the config keys and weight names nomic-embed-text-v1.5 and
+# gte-*-v1.5 publish, written from a native model by the inverse of the documented mapping.
+NOMIC_AUTO_MAP = {
+    "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+    "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel",
+}
+GTE_AUTO_MAP = {
+    "AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
+    "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel",
+    "AutoModelForSequenceClassification":
+        "Alibaba-NLP/new-impl--modeling.NewForSequenceClassification",
+}
+NOMIC_THETA = 1000.0
+GTE_THETA = 500000.0
+GTE_NTK_FACTOR = 2.0
+
+
+def nomic_published_config(vocab_size: int) -> dict[str, Any]:
+    return {
+        "model_type": "nomic_bert",
+        "architectures": ["NomicBertModel"],
+        "auto_map": NOMIC_AUTO_MAP,
+        "activation_function": "swiglu",
+        "vocab_size": vocab_size,
+        "n_embd": COMMON["hidden_size"],
+        "n_head": COMMON["num_attention_heads"],
+        "n_layer": COMMON["num_hidden_layers"],
+        "n_inner": COMMON["intermediate_size"],
+        "n_positions": COMMON["max_position_embeddings"],
+        "max_trained_positions": COMMON["max_position_embeddings"],
+        "type_vocab_size": 2,
+        "layer_norm_epsilon": 1e-12,
+        "rotary_emb_base": NOMIC_THETA,
+        "rotary_emb_fraction": 1.0,
+        "rotary_emb_interleaved": False,
+        "rotary_emb_scale_base": None,
+        "rotary_scaling_factor": None,
+        "qkv_proj_bias": False,
+        "mlp_fc1_bias": False,
+        "mlp_fc2_bias": False,
+        "prenorm": False,
+        "parallel_block": False,
+        "use_rms_norm": False,
+        "causal": False,
+        "fused_bias_fc": True,
+        "fused_dropout_add_ln": True,
+        "use_flash_attn": True,
+        "pad_vocab_size_multiple": 64,
+    }
+
+
+def gte_published_config(vocab_size: int, *, head: str, type_vocab_size: int,
+                         ntk: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "model_type": "new",
+        "architectures": ["NewForSequenceClassification" if head != "base" else "NewModel"],
+        "auto_map": GTE_AUTO_MAP,
+        "vocab_size": vocab_size,
+        **COMMON,
+        "hidden_act": "gelu",
+        "type_vocab_size": type_vocab_size,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": PAD,
+        "position_embedding_type": "rope",
+        "layer_norm_type": "layer_norm",
+        "pack_qkv": True,
+        "logn_attention_scale": False,
+        "logn_attention_clip1": False,
+        "unpad_inputs": False,
+        "use_memory_efficient_attention": False,
+        "rope_theta": GTE_THETA,
+        "rope_scaling": {"type": "ntk", "factor": GTE_NTK_FACTOR} if ntk else None,
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.0,
+    }
+    if head != "base":
+        config["num_labels"] = 1
+        config["id2label"] = {"0": "LABEL_0"}
+        config["label2id"] = {"LABEL_0": 0}
+    return config
+
+
+def ntk_inv_freq(theta: float, factor: float, head_dim: int) -> Any:
+    """new-impl's fixed-NTK inverse frequencies, as its rotary class computes them."""
+    import torch
+
+    base = theta * factor
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    return inv_freq / factor ** (2 / head_dim)
+
+
+def _published_nomic(state: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    out = {
+        "embeddings.word_embeddings.weight": state["embeddings.word_embeddings.weight"],
+        "embeddings.token_type_embeddings.weight": state["embeddings.token_type_embeddings.weight"],
+        "emb_ln.weight": state["embeddings.LayerNorm.weight"],
+        "emb_ln.bias": state["embeddings.LayerNorm.bias"],
+    }
+    for i in range(COMMON["num_hidden_layers"]):
+        src, dst = f"layers.{i}.", f"encoder.layers.{i}."
+        out[dst + "attn.Wqkv.weight"] = torch.cat(
+            [state[src + f"self_attn.{x}_proj.weight"] for x in "qkv"], dim=0
+        )
+        out[dst + "attn.out_proj.weight"] = state[src + "self_attn.o_proj.weight"]
+        out[dst + "mlp.fc11.weight"] = state[src + "mlp.up_proj.weight"]
+        out[dst + "mlp.fc12.weight"] = state[src + "mlp.gate_proj.weight"]
+        out[dst + "mlp.fc2.weight"] = state[src + "mlp.down_proj.weight"]
+        norms = (("norm1", "post_attention_layernorm"), ("norm2", "post_mlp_layernorm"))
+        for norm, native in norms:
+            for p in ("weight", "bias"):
+                out[dst + f"{norm}.{p}"] = state[src + f"{native}.{p}"]
+    return out
+
+
+def _published_gte(state: dict[str, Any], *, head: str) -> dict[str, Any]:
+    import torch
+
+    base = "gte." if head != "base" else ""
+    prefix = "new." if head != "base" else ""
+    out: dict[str, Any] = {}
+    for name in ("embeddings.word_embeddings.weight", "embeddings.token_type_embeddings.weight",
+                 "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"):
+        if base + name in state:
+            out[prefix + name] = state[base + name]
+    for i in range(COMMON["num_hidden_layers"]):
+        src, dst = f"{base}layers.{i}.", f"{prefix}encoder.layer.{i}."
+        for p in ("weight", "bias"):
+            out[dst + f"attention.qkv_proj.{p}"] = torch.cat(
+                [state[src + f"self_attn.{x}_proj.{p}"] for x in "qkv"], dim=0
+            )
+            out[dst + f"attention.o_proj.{p}"] = state[src + f"self_attn.o_proj.{p}"]
+            out[dst + f"mlp.down_proj.{p}"] = state[src + f"mlp.down_proj.{p}"]
+            out[dst + f"attn_ln.{p}"] = state[src + f"post_attention_layernorm.{p}"]
+            out[dst + f"mlp_ln.{p}"] = state[src + f"post_mlp_layernorm.{p}"]
+        out[dst + "mlp.up_gate_proj.weight"] = torch.cat(
+            [state[src + "mlp.up_proj.weight"], state[src + "mlp.gate_proj.weight"]], dim=0
+        )
+    if head != "base":
+        for p in ("weight", "bias"):
+            out[f"new.pooler.dense.{p}"] = state[f"gte.pooler.dense.{p}"]
+            out[f"classifier.{p}"] = state[f"classifier.{p}"]
+    return out
+
+
+def build_hub_layout(
+    dest: Path, layout: str, *, head: str = "base", st_pooling: str | None = None,
+    type_vocab_size: int = 0, ntk: bool = True,
+) -> tuple[Path, Any]:
+    """A checkpoint folder in the published remote-code layout ("nomic_bert" or "new"), and
+    the native model (in memory) whose outputs an export of it must reproduce."""
+    from safetensors.torch import save_file
+
+    vocab_size = len(_vocab())
+    if layout == "nomic_bert":
+        model = tiny_model(
+            "nomic_bert", type_vocab_size=2, layer_norm_eps=1e-12,
+            rope_parameters={"rope_type": "default", "rope_theta": NOMIC_THETA},
+        )
+        config = nomic_published_config(vocab_size)
+        weights = _published_nomic(model.state_dict())
+    else:
+        model = tiny_model(
+            "gte", head=head, type_vocab_size=type_vocab_size, layer_norm_eps=1e-12,
+            rope_parameters={"rope_type": "default", "rope_theta": GTE_THETA},
+        )
+        if ntk:
+            # The reference gets new-impl's frequencies directly, not through the mapping.
+            rotary = (model.gte if head != "base" else model).rotary_emb
+            head_dim = COMMON["hidden_size"] // COMMON["num_attention_heads"]
+            rotary.inv_freq.copy_(ntk_inv_freq(GTE_THETA, GTE_NTK_FACTOR, head_dim))
+        config = gte_published_config(vocab_size, head=head,
+                                      type_vocab_size=type_vocab_size, ntk=ntk)
+        weights = _published_gte(model.state_dict(), head=head)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(dest / "model.safetensors"),
+              metadata={"format": "pt"})
+    write_tokenizer(dest)
+    if st_pooling is not None:
+        _write_sentence_transformers(dest, st_pooling, None, None)
+    return dest, model
