@@ -279,3 +279,50 @@ def build_hub_layout(
     if st_pooling is not None:
         _write_sentence_transformers(dest, st_pooling, None, None)
     return dest, model
+
+
+REMOTE_CODE_DIR = Path(__file__).parent / "remote_code"
+JINA_AUTO_MAP = {
+    "AutoConfig": "configuration_tiny_jina.TinyJinaBertConfig",
+    "AutoModel": "modeling_tiny_jina.TinyJinaBertModel",
+    "AutoModelForSequenceClassification":
+        "modeling_tiny_jina.TinyJinaBertForSequenceClassification",
+}
+
+
+def build_remote_code_checkpoint(dest: Path, *, st_pooling: str | None = "mean") -> Path:
+    """A JinaBERT-style checkpoint (ALiBi, GLU) that ships its own modeling code, as
+    jina-embeddings-v2 does: config.json with model_type "bert" and an auto_map."""
+    import shutil
+
+    import torch
+    import transformers
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for source in REMOTE_CODE_DIR.glob("*_tiny_jina.py"):
+        shutil.copyfile(source, dest / source.name)
+    config = {
+        "model_type": "bert",
+        "architectures": ["JinaBertForMaskedLM"],
+        "auto_map": JINA_AUTO_MAP,
+        "vocab_size": len(_vocab()),
+        **COMMON,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": PAD,
+        "position_embedding_type": "alibi",
+        "feed_forward_type": "glu",
+    }
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    loaded = transformers.AutoConfig.from_pretrained(str(dest), trust_remote_code=True)
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(loaded, trust_remote_code=True)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    model.save_pretrained(dest)
+    (dest / "config.json").write_text(json.dumps(config, indent=2))  # as published, not as saved
+    write_tokenizer(dest)
+    if st_pooling is not None:
+        _write_sentence_transformers(dest, st_pooling, None, None)
+    return dest
