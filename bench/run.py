@@ -82,7 +82,14 @@ def _checkpoint(given: Path | None) -> Path:
 
 
 EXPORTER_SOURCES = (REPO / "export" / "tei_export", REPO / "model_cards")
-EXPORTER_DISTS = ("torch", "transformers", "onnx", "onnxruntime", "optimum", "optimum-onnx")
+EXPORTER_DISTS = (
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "onnx",
+    "onnxscript",
+    "onnxruntime",
+)
 
 
 def exporter_fingerprint(sources: tuple[Path, ...], dists: tuple[str, ...]) -> str:

@@ -77,12 +77,15 @@ def export_model(
     overwrite: bool = False,
     quiet: bool = False,
     external_data: bool = False,
+    dense_path: str | None = None,
 ) -> Path:
     """Export MODEL (a folder or hub id) into the artifact folder OUTPUT_DIR and return it.
 
     Work happens in a temporary folder beside OUTPUT_DIR that is renamed into place at the
     end, so a failure at any stage leaves nothing behind. Weights go into `<graph>.data`
     files when the model is too big for one protobuf (~2 GB) or `external_data` is set.
+    `dense_path` picks the one Dense module folder put into the graph (default: the Dense
+    modules modules.json lists, in order, as TEI does).
     """
     output_dir = Path(output_dir).resolve()
     _prepare_output(output_dir, overwrite)
@@ -103,6 +106,7 @@ def export_model(
         return _export(
             source, output_dir, progress, task=task, pooling=pooling, precisions=precisions,
             trust_remote_code=trust_remote_code, opset=opset, external_data=external_data,
+            dense_path=dense_path,
         )
     finally:
         if staged is not None:
@@ -120,6 +124,7 @@ def _export(
     trust_remote_code: bool,
     opset: int,
     external_data: bool,
+    dense_path: str | None,
 ) -> Path:
     with progress.stage("plan"):
         checkpoint = read_checkpoint(source.path)
@@ -130,6 +135,7 @@ def _export(
             precisions=[Precision(p) for p in precisions] if precisions else None,
             trust_remote_code=trust_remote_code,
             opset=opset,
+            dense_path=dense_path,
         )
     if plan.task is Task.EMBED and checkpoint.st_pooling is None and pooling is None:
         progress.note(f"no 1_Pooling/config.json: using the card's default pooling {plan.pooling}")

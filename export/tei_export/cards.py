@@ -63,7 +63,8 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Positions the model reserves (RoBERTa: padding index + 1), not usable by tokens."""
     padding_side: str = "right"
     decoder: bool = False
-    """Causal decoders: exported under optimum's export patches, fed position_ids."""
+    """Decoders (causal, or bidirectional like EmbeddingGemma): traced without a KV cache,
+    with positions counted over real tokens so either padding side gives the same vectors."""
     attn_implementation: str = "eager"
     """transformers attention implementation traced into the graph: the one whose ONNX pattern
     onnxruntime's optimizer fuses for this family (eager for BERT-likes, sdpa for DistilBERT)."""
@@ -102,6 +103,16 @@ def supported_model_types() -> list[str]:
     return sorted(t for card in load_cards() for t in card.model_types)
 
 
+def supported_families() -> str:
+    """`bert, ..., gemma3 (gemma3_text), ...`: each family, with its config.json model_type
+    where the two differ."""
+    described = []
+    for card in sorted(load_cards(), key=lambda c: c.family):
+        types = [t for t in card.model_types if t != card.family]
+        described.append(f"{card.family} ({', '.join(types)})" if types else card.family)
+    return ", ".join(described)
+
+
 def find_card(model_type: str, architecture: str, *, remote_code: bool = False) -> ModelCard:
     """The card for a model_type; for a checkpoint that runs its own code (`remote_code`), a
     card naming its architecture comes first."""
@@ -114,5 +125,5 @@ def find_card(model_type: str, architecture: str, *, remote_code: bool = False) 
             return card
     raise CardError(
         f"unsupported architecture {architecture} (model_type {model_type!r}); "
-        f"supported model types: {', '.join(supported_model_types())}"
+        f"supported families (model_type where it differs): {supported_families()}"
     )

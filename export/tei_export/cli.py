@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 
-from tei_export.cards import CardError, supported_model_types
+from tei_export.cards import CardError, supported_families
 from tei_export.errors import ExportError
 from tei_runtime.manifest import Pooling, Precision, Task
 
@@ -19,15 +20,26 @@ def _precisions(value: str) -> list[Precision]:
         raise argparse.ArgumentTypeError(f"{value!r}: choose from fp32, fp16, int8") from e
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Never wraps inside a name: model types such as xlm-roberta carry hyphens."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tei-export",
+        formatter_class=_Formatter,
         description=(
             "Export a Hugging Face checkpoint (local folder or hub id) to a tei-onnx artifact: "
             "fused ONNX graphs (fp32, fp16, int8), tokenizer, pooling and prompts, and a "
             "manifest with checksums and validation figures against PyTorch."
         ),
-        epilog=f"Supported model types: {', '.join(supported_model_types())}.",
+        epilog=f"Supported families (model_type where it differs): {supported_families()}.",
     )
     p.add_argument("model", help="local checkpoint folder or Hugging Face hub id")
     p.add_argument("output_dir", type=Path, help="artifact folder to create")
@@ -54,6 +66,12 @@ def parser() -> argparse.ArgumentParser:
         type=Pooling,
         choices=list(Pooling),
         help="override pooling (default: 1_Pooling/config.json, else the model card's)",
+    )
+    p.add_argument(
+        "--dense-path",
+        metavar="FOLDER",
+        help="the one Dense module folder to put into the graph, e.g. 2_Dense_256 when the "
+        "checkpoint ships several (default: the Dense modules modules.json lists, as TEI)",
     )
     p.add_argument(
         "--variants",
@@ -94,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             opset=args.opset,
             overwrite=args.overwrite,
             external_data=args.external_data,
+            dense_path=args.dense_path,
             quiet=args.quiet,
         )
     except (ExportError, CardError) as e:

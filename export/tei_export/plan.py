@@ -73,6 +73,7 @@ def make_plan(
     precisions: list[Precision] | None = None,
     trust_remote_code: bool = False,
     opset: int = 17,
+    dense_path: str | None = None,
 ) -> ExportPlan:
     if checkpoint.trust_remote_code_needed and not trust_remote_code:
         raise ExportError(
@@ -113,7 +114,14 @@ def make_plan(
     if checkpoint.max_seq_length:
         max_len = min(max_len, checkpoint.max_seq_length)
 
-    dense = checkpoint.dense_dirs if task is Task.EMBED else []
+    if dense_path is not None and task is not Task.EMBED:
+        raise ExportError(f"--dense-path applies to embedding models, not to task {task.value}")
+    if task is not Task.EMBED:
+        dense = []
+    elif dense_path is not None:
+        dense = [choose_dense(checkpoint.path, dense_path)]
+    else:
+        dense = checkpoint.dense_dirs
     pooling_in_graph = bool(dense) or task is Task.SPARSE
     if task is Task.EMBED:
         outputs = ["token_embeddings"] + (["sentence_embedding"] if dense else [])
@@ -143,6 +151,29 @@ def make_plan(
         opset=opset,
         dense_dirs=[str(folder) for folder in dense],
     )
+
+
+def choose_dense(root: Path, dense_path: str) -> Path:
+    """The one Dense folder `--dense-path` names (stella-style checkpoints ship several,
+    2_Dense_256, 2_Dense_1024, ...; modules.json lists the one applied by default)."""
+    folder = root / dense_path
+    if folder.resolve().is_relative_to(root.resolve()) and _is_dense(folder):
+        return folder
+    present = sorted(p.name for p in root.iterdir() if _is_dense(p))
+    raise ExportError(
+        f"--dense-path {dense_path}: {folder} is not a Dense module (a folder whose "
+        f"config.json has out_features); Dense modules present: {', '.join(present) or 'none'}"
+    )
+
+
+def _is_dense(folder: Path) -> bool:
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "out_features" in config
 
 
 def _dense_out_features(folder: Path) -> int:

@@ -45,11 +45,12 @@ class ExportModule(torch.nn.Module):
         self.input_names = list(plan.inputs)
         self.head = plan.head
         self.pooling = plan.pooling
+        self.decoder = plan.card.decoder
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         feeds = dict(zip(self.input_names, inputs, strict=True))
         mask = feeds["attention_mask"]
-        out = self.model(**feeds)
+        out = self.model(**self._model_kwargs(feeds))
         if self.head is Head.SEQUENCE_CLASSIFICATION:
             return out["logits"]
         if self.head is Head.MASKED_LM:
@@ -63,6 +64,30 @@ class ExportModule(torch.nn.Module):
         for layer in self.dense:
             pooled = layer({"sentence_embedding": pooled})["sentence_embedding"]
         return tokens, pooled
+
+    def _model_kwargs(self, feeds: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Keyword arguments only: transformers 5 signatures put use_cache & co where a
+        positional call would land.
+
+        Decoders, one path for every family: no KV cache (nothing in the graph outlives a
+        call), and positions counted over real tokens only, so a left-padded row gets the
+        positions its unpadded text has. transformers 5 then builds the 4-D mask from the
+        2-D one by broadcasting index tensors, which traces with dynamic shapes: while
+        tracing it never takes the "no padding, use is_causal" shortcut that would drop
+        the mask from the graph.
+        """
+        if not self.decoder:
+            return dict(feeds)
+        kwargs: dict[str, Any] = dict(feeds)
+        if "position_ids" not in kwargs:
+            kwargs["position_ids"] = decoder_positions(feeds["attention_mask"])
+        kwargs["use_cache"] = False
+        return kwargs
+
+
+def decoder_positions(mask: torch.Tensor) -> torch.Tensor:
+    """0, 1, 2, ... over the real tokens of each row, whichever side the padding is on."""
+    return (mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
 def _auto_class(head: Head) -> Any:
@@ -111,31 +136,58 @@ def _restore_init_buffers(model: Any) -> None:
             buffer.copy_(fresh[name])
 
 
+# An attention implementation name of our own: transformers' sdpa attention with its sdpa mask
+# built by broadcasting index tensors, never by vmap.
+TRACEABLE_SDPA = "tei_traceable_sdpa"
+
+
+def _register_traceable_sdpa() -> None:
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def traceable_sdpa_mask(*args: Any, **kwargs: Any) -> Any:
+        # transformers switches to vmap when a model overlays its own mask function (Gemma 3's
+        # bidirectional window, EmbeddingGemma); TorchScript cannot trace vmap. Every overlay
+        # the decoder cards meet is a function of the indices, which broadcasting computes
+        # the same (checked against PyTorch by the validation and the parity tests).
+        kwargs["use_vmap"] = False
+        return sdpa_mask(*args, **kwargs)
+
+    AttentionInterface.register(TRACEABLE_SDPA, sdpa_attention_forward)
+    AttentionMaskInterface.register(TRACEABLE_SDPA, traceable_sdpa_mask)
+
+
 @contextlib.contextmanager
-def export_patches(module: ExportModule, plan: ExportPlan) -> Iterator[None]:
-    """Decoders trace only under optimum's patches (its mask creation is traceable)."""
-    if not plan.card.decoder:
+def traceable_attention(module: ExportModule, plan: ExportPlan) -> Iterator[None]:
+    """While tracing a decoder, its sdpa attention builds masks in a way TorchScript traces.
+
+    The PyTorch reference the validation compares against keeps transformers' own sdpa.
+    """
+    if not (plan.card.decoder and plan.card.attn_implementation == "sdpa"):
         yield
         return
-    import optimum.exporters.onnx.model_configs  # noqa: F401  (registers the configs)
-    from optimum.exporters.tasks import TasksManager
-
-    model = module.model
-    constructor = TasksManager.get_exporter_config_constructor(
-        exporter="onnx", model=model, task="feature-extraction", library_name="transformers"
-    )
-    with constructor(model.config).patch_model_for_export(model):
+    _register_traceable_sdpa()
+    model: Any = module.model  # a transformers PreTrainedModel
+    model.set_attn_implementation(TRACEABLE_SDPA)
+    try:
         yield
+    finally:
+        model.set_attn_implementation("sdpa")
 
 
-def example_inputs(plan: ExportPlan, lengths: list[int], vocab_size: int) -> list[torch.Tensor]:
-    """A right- or left-padded batch of random ids with the given true lengths."""
+def example_inputs(
+    plan: ExportPlan, lengths: list[int], vocab_size: int, *, padding_side: str | None = None
+) -> list[torch.Tensor]:
+    """A right- or left-padded batch of random ids with the given true lengths (padded on
+    the plan's side unless `padding_side` says otherwise)."""
+    side = padding_side or plan.padding_side
     generator = torch.Generator().manual_seed(sum(lengths) * 7919 + len(lengths))
     batch, width = len(lengths), max(lengths)
     ids = torch.randint(3, max(4, vocab_size - 1), (batch, width), generator=generator)
     mask = torch.zeros(batch, width, dtype=torch.long)
     for row, length in enumerate(lengths):
-        if plan.padding_side == "left":
+        if side == "left":
             mask[row, width - length :] = 1
         else:
             mask[row, :length] = 1
@@ -144,6 +196,6 @@ def example_inputs(plan: ExportPlan, lengths: list[int], vocab_size: int) -> lis
         "input_ids": ids,
         "attention_mask": mask,
         "token_type_ids": torch.zeros_like(ids),
-        "position_ids": (mask.cumsum(dim=1) - 1).clamp(min=0),
+        "position_ids": decoder_positions(mask),
     }
     return [feeds[name] for name in plan.inputs]

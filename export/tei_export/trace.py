@@ -13,7 +13,7 @@ import torch
 
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan
-from tei_export.reference import ExportModule, example_inputs, export_patches
+from tei_export.reference import ExportModule, example_inputs, traceable_attention
 
 _SEQ_OUTPUTS = {"token_embeddings"}
 
@@ -24,7 +24,7 @@ def trace(module: ExportModule, plan: ExportPlan, out_path: Path, vocab_size: in
     for name in plan.outputs:
         axes[name] = {0: "batch", 1: "sequence"} if name in _SEQ_OUTPUTS else {0: "batch"}
     try:
-        with warnings.catch_warnings(), export_patches(module, plan), torch.no_grad():
+        with warnings.catch_warnings(), traceable_attention(module, plan), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 module,

@@ -42,11 +42,23 @@ class VariantResult(msgspec.Struct, frozen=True, kw_only=True):
     shapes: list[tuple[int, int]]
 
 
-def length_grid(plan: ExportPlan) -> list[list[int]]:
-    """Batches of true lengths: one short, one odd, the maximum, and a padded mix."""
+class Batch(msgspec.Struct, frozen=True, kw_only=True):
+    lengths: list[int]
+    """True lengths of the rows."""
+    padding_side: str
+
+
+def length_grid(plan: ExportPlan) -> list[Batch]:
+    """Batches of true lengths: one short, one odd, the maximum, and a padded mix. A decoder's
+    padded mix is validated padded on both sides: its graph takes position_ids, so the vectors
+    must not depend on where the padding went."""
     longest = min(plan.max_input_length, MAX_VALIDATED_LENGTH)
     short, odd = min(4, longest), min(37, longest)
-    return [[short], [odd], [longest], [longest, odd, short, odd]]
+    side = plan.padding_side
+    grid = [Batch(lengths=lengths, padding_side=side) for lengths in ([short], [odd], [longest])]
+    mix = [longest, odd, short, odd]
+    sides = ("left", "right") if plan.card.decoder else (side,)
+    return grid + [Batch(lengths=mix, padding_side=s) for s in sides]
 
 
 def validate(request: ValidationRequest, workdir: Path) -> list[VariantResult]:
@@ -82,7 +94,10 @@ def _run(request: ValidationRequest) -> list[VariantResult]:
         plan, Path(request.checkpoint), trust_remote_code=request.trust_remote_code
     )
     grid = length_grid(plan)
-    batches = [example_inputs(plan, lengths, request.vocab_size) for lengths in grid]
+    batches = [
+        example_inputs(plan, b.lengths, request.vocab_size, padding_side=b.padding_side)
+        for b in grid
+    ]
     mask_index = plan.inputs.index("attention_mask")
 
     def compared(outputs: list[np.ndarray], mask: torch.Tensor) -> np.ndarray:
@@ -122,7 +137,7 @@ def _run(request: ValidationRequest) -> list[VariantResult]:
                 precision=variant.precision,
                 min_cosine=min(cosines),
                 max_abs_err=max(errors),
-                shapes=[(len(lengths), max(lengths)) for lengths in grid],
+                shapes=[(len(b.lengths), max(b.lengths)) for b in grid],
             )
         )
     return results

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias
 
-import tokenizers
+import tokenizers  # type: ignore[import-untyped,unused-ignore]  # py.typed only from 0.23
 
 from tei_runtime.data import Encoding, Token
 from tei_runtime.errors import InputTooLongError, TokenizerError, ValidationError

@@ -80,8 +80,9 @@ def test_offline_and_not_cached_is_a_clear_error(tmp_path: Path) -> None:
 
 
 class _FakeHub(http.server.BaseHTTPRequestHandler):
-    """Just enough of the hub's HTTP API for snapshot_download: the revision info and
-    /resolve/ file downloads with the headers huggingface_hub reads."""
+    """Just enough of the hub's HTTP API for snapshot_download: the revision info, the file
+    tree (huggingface_hub 2.x lists files from it) and /resolve/ file downloads with the
+    headers huggingface_hub reads."""
 
     root: Path
     seen_auth: list[str | None]
@@ -107,8 +108,16 @@ class _FakeHub(http.server.BaseHTTPRequestHandler):
         self.seen_paths.append(self.path)
         path = self.path.split("?")[0]
         info_prefix = f"/api/models/{REPO}/revision/"
+        tree_prefix = f"/api/models/{REPO}/tree/"
         resolve_prefix = f"/{REPO}/resolve/"
-        if path.startswith(info_prefix):
+        if path.startswith(tree_prefix):
+            body = json.dumps([
+                {"type": "file", "path": name, "size": (self.root / name).stat().st_size,
+                 "oid": hashlib.sha1((self.root / name).read_bytes()).hexdigest()}
+                for name in self._files()
+            ]).encode()
+            self._send(body, {"Content-Type": "application/json"}, with_body)
+        elif path.startswith(info_prefix):
             body = json.dumps({
                 "id": REPO, "sha": COMMIT,
                 "siblings": [{"rfilename": name} for name in self._files()],

@@ -171,3 +171,35 @@ def _write_sentence_transformers(
         (dest / "config_sentence_transformers.json").write_text(
             json.dumps({"prompts": prompts, "default_prompt_name": None})
         )
+
+
+# Decoder families added on transformers 5: causal Llama and the ModernBERT decoder (Ettin).
+FAMILIES["llama"] = {"num_key_value_heads": 2, "pad_token_id": PAD, "bos_token_id": CLS,
+                     "eos_token_id": SEP}
+FAMILIES["modernbert-decoder"] = {"pad_token_id": PAD, "bos_token_id": CLS, "eos_token_id": SEP,
+                                  "cls_token_id": CLS, "sep_token_id": SEP,
+                                  "global_attn_every_n_layers": 2, "local_attention": 16}
+DECODERS.update({"llama", "modernbert-decoder"})
+
+
+def add_dense_module(dest: Path, folder: str, out_features: int, *, seed: int = 2) -> Path:
+    """A Dense module folder that modules.json does not list (stella ships 2_Dense_256,
+    2_Dense_1024, ... beside the one it applies)."""
+    import torch
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    torch.manual_seed(seed)
+    dense = Dense(32, out_features, activation_function=torch.nn.Identity())
+    (dest / folder).mkdir()
+    dense.save(str(dest / folder))
+    return dest / folder
+
+
+def build_bidirectional_gemma3(dest: Path, **options: Any) -> Path:
+    """EmbeddingGemma's layout: a Gemma 3 text model with bidirectional attention. The flag
+    changes no weight, so it is set in the saved config.json."""
+    build_checkpoint(dest, "gemma3_text", **options)
+    config = json.loads((dest / "config.json").read_text())
+    config["use_bidirectional_attention"] = True
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest

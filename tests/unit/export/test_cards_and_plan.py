@@ -256,7 +256,7 @@ def test_remote_code_needs_the_flag(tmp_path: Path) -> None:
 
 def test_unsupported_model_type_in_a_plan(tmp_path: Path) -> None:
     config = {**BERT, "model_type": "gpt2", "architectures": ["GPT2Model"]}
-    with pytest.raises(CardError, match="supported model types"):
+    with pytest.raises(CardError, match="supported families"):
         make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
 
 
