@@ -7,7 +7,9 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from tei_export import external, fuse, precision, validate
+import msgspec
+
+from tei_export import external, fuse, hub_layouts, precision, validate
 from tei_export.checkpoint import Checkpoint, read_checkpoint
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan, make_plan
@@ -89,7 +91,42 @@ def export_model(
     _prepare_output(output_dir, overwrite)
     progress = Progress(quiet=quiet)
     with progress.stage("resolve"):
-        source = resolve(model, revision=revision, token=token, cache_dir=cache_dir)
+        source = resolve(
+            model,
+            revision=revision,
+            token=token,
+            cache_dir=cache_dir,
+            trust_remote_code=trust_remote_code,
+        )
+        staged = hub_layouts.stage_native(source.path, output_dir.parent)
+    try:
+        if staged is not None:
+            progress.note("hub layout mapped onto transformers' native class; no hub code runs")
+            source = msgspec.structs.replace(source, path=staged)
+        return _export(
+            source, output_dir, progress, task=task, pooling=pooling, precisions=precisions,
+            trust_remote_code=trust_remote_code, opset=opset, external_data=external_data,
+            dense_path=dense_path,
+        )
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def _export(
+    source: ResolvedSource,
+    output_dir: Path,
+    progress: Progress,
+    *,
+    task: Task | None,
+    pooling: Pooling | str | None,
+    precisions: list[Precision] | list[str] | None,
+    trust_remote_code: bool,
+    opset: int,
+    external_data: bool,
+    dense_path: str | None,
+) -> Path:
+    with progress.stage("plan"):
         checkpoint = read_checkpoint(source.path)
         plan = make_plan(
             checkpoint,

@@ -49,6 +49,10 @@ class Aliases(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     family: str
     model_types: list[str]
+    remote_code_architectures: list[str] = msgspec.field(default_factory=list)
+    """Architectures that exist only as a checkpoint's own modeling code (auto_map), run with
+    --trust-remote-code; matched by name before model_type, which such configs often borrow
+    (JinaBERT's says "bert")."""
     inputs: list[str]
     """Graph inputs, in order: input_ids, attention_mask, then token_type_ids and/or
     position_ids where the family uses them."""
@@ -109,7 +113,13 @@ def supported_families() -> str:
     return ", ".join(described)
 
 
-def find_card(model_type: str, architecture: str) -> ModelCard:
+def find_card(model_type: str, architecture: str, *, remote_code: bool = False) -> ModelCard:
+    """The card for a model_type; for a checkpoint that runs its own code (`remote_code`), a
+    card naming its architecture comes first."""
+    if remote_code:
+        for card in load_cards():
+            if architecture in card.remote_code_architectures:
+                return card
     for card in load_cards():
         if model_type in card.model_types:
             return card

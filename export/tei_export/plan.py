@@ -77,10 +77,15 @@ def make_plan(
 ) -> ExportPlan:
     if checkpoint.trust_remote_code_needed and not trust_remote_code:
         raise ExportError(
-            f"{checkpoint.path}: the model uses custom code (auto_map in config.json); "
-            f"review it and pass --trust-remote-code to run it"
+            f"{checkpoint.path}: {checkpoint.architecture} exists only as the model's own code "
+            f"(auto_map in config.json) and has no native mapping; review that code and pass "
+            f"--trust-remote-code to run it"
         )
-    card = find_card(checkpoint.model_type, checkpoint.architecture)
+    card = find_card(
+        checkpoint.model_type,
+        checkpoint.architecture,
+        remote_code=checkpoint.trust_remote_code_needed,
+    )
     chosen_pooling = pooling or checkpoint.st_pooling
     detected = detect_task(checkpoint.architecture, checkpoint.labels, chosen_pooling)
     task = task or detected

@@ -113,6 +113,7 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
     except Exception as e:  # safetensors, pickle and config errors have no common base
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"{path}: cannot load the weights: {reason}") from e
+    _restore_init_buffers(model)
     model.eval()
     dense: list[torch.nn.Module] = []
     if plan.dense_dirs:
@@ -120,6 +121,19 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
 
         dense = [Dense.load(str(folder)).eval() for folder in plan.dense_dirs]
     return ExportModule(model, plan, dense).eval()
+
+
+def _restore_init_buffers(model: Any) -> None:
+    """transformers 5 builds a model on the meta device and leaves its non-persistent buffers
+    to `_init_weights`; modeling code written for transformers 4 (JinaBERT's ALiBi table, ...)
+    fills them in `__init__` instead, so they would come back uninitialised. For a checkpoint's
+    own code, take them from an instance built the ordinary way."""
+    if not type(model).__module__.startswith("transformers_modules"):
+        return
+    fresh = dict(type(model)(model.config).named_buffers())
+    with torch.no_grad():
+        for name, buffer in model.named_non_persistent_buffers():
+            buffer.copy_(fresh[name])
 
 
 # An attention implementation name of our own: transformers' sdpa attention with its sdpa mask

@@ -33,9 +33,11 @@ def resolve(
     revision: str | None = None,
     token: str | None = None,
     cache_dir: Path | None = None,
+    trust_remote_code: bool = False,
 ) -> ResolvedSource:
     """A folder that exists is used as is; anything else is a hub id fetched through
-    huggingface_hub, which honours HF_TOKEN, HF_HUB_CACHE and HF_HUB_OFFLINE."""
+    huggingface_hub, which honours HF_TOKEN, HF_HUB_CACHE and HF_HUB_OFFLINE. The model's own
+    Python files are fetched only with `trust_remote_code`."""
     local = Path(model).expanduser()
     if local.is_dir():
         return ResolvedSource(
@@ -54,7 +56,7 @@ def resolve(
                 revision=revision,
                 token=token,
                 cache_dir=cache_dir,
-                allow_patterns=_ALLOW_PATTERNS,
+                allow_patterns=[*_ALLOW_PATTERNS, *(['*.py'] if trust_remote_code else [])],
             )
         )
     except LocalEntryNotFoundError as e:

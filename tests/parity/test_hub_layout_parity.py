@@ -1,0 +1,154 @@
+"""Hub checkpoints in their authors' remote-code layout (nomic-embed-text-v1.5's nomic_bert keys
+and Wqkv weights, gte-*-v1.5's "new" model), exported without --trust-remote-code through
+transformers' native classes, against the native model they were written from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from support.tiny_encoders import (
+    COMMON,
+    GTE_NTK_FACTOR,
+    GTE_THETA,
+    build_hub_layout,
+    ntk_inv_freq,
+)
+from tei_export.errors import ExportError
+from tei_export.hub_layouts import stage_native
+from tei_runtime.manifest import Precision, Task, read_manifest
+
+pytestmark = pytest.mark.slow
+
+TEXTS = [
+    "hello",
+    "the quick brown fox jumps over the lazy dog",
+    "grüße aus köln, ça va? ñandú",
+    "a" * 3 + " b" * 40,
+]
+PAIRS = [(TEXTS[0], TEXTS[1]), (TEXTS[2], TEXTS[3])]
+MIN_COSINE = {Precision.FP32: 0.99999, Precision.FP16: 0.999, Precision.INT8: 0.98}
+DTYPES = {Precision.FP32: "float32", Precision.FP16: "float16", Precision.INT8: "int8"}
+
+
+def _export(checkpoint: Path, out: Path) -> Path:
+    from tei_export.api import export_model
+
+    return export_model(str(checkpoint), out, quiet=True)
+
+
+def _reference_vectors(checkpoint: Path, model: Any, pooling: str) -> np.ndarray:
+    """The native model on one unpadded text at a time, pooled and normalised."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+    rows = []
+    with torch.no_grad():
+        for text in TEXTS:
+            tokens = model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0]
+            vector = tokens[0] if pooling == "cls" else tokens.mean(dim=0)
+            rows.append((vector / vector.norm()).numpy())
+    return np.stack(rows)
+
+
+def _assert_matches(artifact: Path, reference: np.ndarray) -> None:
+    import tei_runtime
+
+    manifest = read_manifest(artifact)
+    for variant in manifest.variants:
+        assert variant.validation.min_cosine >= MIN_COSINE[variant.precision], variant.file
+    for precision, dtype in DTYPES.items():
+        got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
+        cosines = (got * reference).sum(-1) / np.linalg.norm(got, axis=-1)
+        assert cosines.min() >= MIN_COSINE[precision], (dtype, cosines)
+
+
+@pytest.mark.parametrize(("layout", "pooling"), [("nomic_bert", "mean"), ("new", "cls")])
+def test_hub_layout_embedder_exports_like_native(
+    tmp_path: Path, layout: str, pooling: str
+) -> None:
+    checkpoint, native = build_hub_layout(tmp_path / "ck", layout, st_pooling=pooling)
+    assert "auto_map" in json.loads((checkpoint / "config.json").read_text())
+    artifact = _export(checkpoint, tmp_path / "art")
+    manifest = read_manifest(artifact)
+    assert manifest.task is Task.EMBED
+    assert manifest.model_type == {"nomic_bert": "nomic_bert", "new": "gte"}[layout]
+    _assert_matches(artifact, _reference_vectors(checkpoint, native, pooling))
+    # The native copy the export read from is gone, and nothing but the artifact is left.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["art", "ck"]
+
+
+def test_hub_layout_reranker_exports_like_native(tmp_path: Path) -> None:
+    """gte-multilingual-reranker-base's layout: NewForSequenceClassification, new.* weights."""
+    import torch
+    import transformers
+
+    import tei_runtime
+
+    checkpoint, native = build_hub_layout(
+        tmp_path / "ck", "new", head="sequence-classification", type_vocab_size=1, ntk=False
+    )
+    artifact = _export(checkpoint, tmp_path / "art")
+    assert read_manifest(artifact).task is Task.RERANK
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+    with torch.no_grad():
+        reference = np.stack(
+            [native(**tokenizer(*pair, return_tensors="pt")).logits[0].numpy() for pair in PAIRS]
+        )
+    got = tei_runtime.load(artifact, device="cpu").predict(PAIRS, raw_scores=True)
+    np.testing.assert_allclose(got, reference, atol=1e-4, rtol=1e-4)
+
+
+def test_gte_ntk_rope_scaling_keeps_new_impl_frequencies(tmp_path: Path) -> None:
+    import torch
+    import transformers
+
+    checkpoint, _ = build_hub_layout(tmp_path / "ck", "new")
+    staged = stage_native(checkpoint, tmp_path)
+    assert staged is not None
+    model = transformers.AutoModel.from_pretrained(str(staged))
+    head_dim = COMMON["hidden_size"] // COMMON["num_attention_heads"]
+    torch.testing.assert_close(
+        model.rotary_emb.inv_freq, ntk_inv_freq(GTE_THETA, GTE_NTK_FACTOR, head_dim)
+    )
+
+
+def _rewrite_weights(checkpoint: Path, edit: Any) -> None:
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(checkpoint / "model.safetensors"))
+    edit(weights)
+    save_file(weights, str(checkpoint / "model.safetensors"))
+
+
+def test_missing_published_weight_is_named(tmp_path: Path) -> None:
+    checkpoint, _ = build_hub_layout(tmp_path / "ck", "nomic_bert")
+    _rewrite_weights(checkpoint, lambda w: w.pop("encoder.layers.1.mlp.fc12.weight"))
+    with pytest.raises(ExportError, match=r"lacks weight 'encoder\.layers\.1\.mlp\.fc12\.weight'"):
+        stage_native(checkpoint, tmp_path)
+
+
+def test_unmappable_published_weight_is_named(tmp_path: Path) -> None:
+    import torch
+
+    checkpoint, _ = build_hub_layout(tmp_path / "ck", "new")
+    _rewrite_weights(
+        checkpoint, lambda w: w.update({"encoder.layer.0.attention.rel_bias": torch.zeros(4)})
+    )
+    with pytest.raises(ExportError, match=r"weight 'encoder\.layer\.0\.attention\.rel_bias'"):
+        stage_native(checkpoint, tmp_path)
+
+
+def test_unmappable_published_setting_is_named(tmp_path: Path) -> None:
+    checkpoint, _ = build_hub_layout(tmp_path / "ck", "nomic_bert")
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["rotary_emb_interleaved"] = True
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ExportError, match="rotary_emb_interleaved=True"):
+        stage_native(checkpoint, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]

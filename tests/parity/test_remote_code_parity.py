@@ -1,0 +1,81 @@
+"""JinaBERT-style checkpoints that exist only as their own modeling code (auto_map): refused
+without --trust-remote-code, exported with it and matched against that code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.tiny_encoders import build_remote_code_checkpoint
+from tei_export.errors import ExportError
+from tei_runtime.manifest import Precision, Task, read_manifest
+
+pytestmark = pytest.mark.slow
+
+TEXTS = [
+    "hello",
+    "the quick brown fox jumps over the lazy dog",
+    "grüße aus köln, ça va? ñandú",
+    "a" * 3 + " b" * 40,
+]
+MIN_COSINE = {Precision.FP32: 0.99999, Precision.FP16: 0.999, Precision.INT8: 0.98}
+DTYPES = {Precision.FP32: "float32", Precision.FP16: "float16", Precision.INT8: "int8"}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_remote_code_checkpoint(tmp_path_factory.mktemp("remote") / "jina")
+
+
+def _reference(checkpoint: Path) -> np.ndarray:
+    """The checkpoint's own code, built the ordinary way (no meta-device loading) and given
+    its weights strictly, on one unpadded text at a time; mean-pooled and normalised."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    config = transformers.AutoConfig.from_pretrained(str(checkpoint), trust_remote_code=True)
+    model = transformers.AutoModel.from_config(config, trust_remote_code=True).eval()
+    model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+    rows = []
+    with torch.no_grad():
+        for text in TEXTS:
+            vector = model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0)
+            rows.append((vector / vector.norm()).numpy())
+    return np.stack(rows)
+
+
+def test_remote_code_is_refused_without_the_flag(checkpoint: Path, tmp_path: Path) -> None:
+    from tei_export.api import export_model
+
+    out = tmp_path / "art"
+    with pytest.raises(ExportError) as refused:
+        export_model(str(checkpoint), out, quiet=True)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "--trust-remote-code" in message
+    assert "JinaBertForMaskedLM" in message
+    assert not out.exists()
+
+
+def test_remote_code_exports_with_the_flag(checkpoint: Path, tmp_path: Path) -> None:
+    import tei_runtime
+    from tei_export.api import export_model
+
+    assert "auto_map" in json.loads((checkpoint / "config.json").read_text())
+    artifact = export_model(str(checkpoint), tmp_path / "art", quiet=True, trust_remote_code=True)
+    manifest = read_manifest(artifact)
+    assert (manifest.task, manifest.card) == (Task.EMBED, "jina_bert")
+    for variant in manifest.variants:
+        assert variant.validation.min_cosine >= MIN_COSINE[variant.precision], variant.file
+        if variant.precision is not Precision.INT8:
+            assert variant.fused_ops.get("SkipLayerNormalization", 0) >= 4, variant.file
+    reference = _reference(checkpoint)
+    for precision, dtype in DTYPES.items():
+        got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
+        cosines = (got * reference).sum(-1) / np.linalg.norm(got, axis=-1)
+        assert cosines.min() >= MIN_COSINE[precision], (dtype, cosines)

@@ -1,0 +1,101 @@
+"""hub_layouts' pure mapping: published config keys and weight names -> native ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from tei_export.errors import ExportError
+from tei_export.hub_layouts import LAYOUTS, detect, native_config, native_weight_names
+
+NOMIC = {
+    "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "auto_map": {},
+    "activation_function": "swiglu", "vocab_size": 30528, "n_embd": 768, "n_head": 12,
+    "n_layer": 12, "n_inner": 3072, "n_positions": 8192, "type_vocab_size": 2,
+    "layer_norm_epsilon": 1e-12, "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0,
+    "rotary_emb_interleaved": False, "rotary_scaling_factor": None, "qkv_proj_bias": False,
+    "mlp_fc1_bias": False, "mlp_fc2_bias": False, "prenorm": False,
+}
+GTE = {
+    "model_type": "new", "architectures": ["NewModel"], "vocab_size": 30528,
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "intermediate_size": 3072, "hidden_act": "gelu", "max_position_embeddings": 8192,
+    "type_vocab_size": 0, "rope_theta": 500000, "rope_scaling": {"type": "ntk", "factor": 2.0},
+}
+
+
+def test_detects_published_layouts_only() -> None:
+    assert detect(NOMIC) is LAYOUTS["nomic_bert"]
+    assert detect(GTE) is LAYOUTS["new"]
+    # transformers' own nomic_bert config (hidden_size, no n_embd) needs no mapping.
+    assert detect({"model_type": "nomic_bert", "hidden_size": 768}) is None
+    assert detect({"model_type": "bert"}) is None
+
+
+def test_nomic_config_keys_map_to_native_names() -> None:
+    native = native_config(LAYOUTS["nomic_bert"], NOMIC)
+    assert native["model_type"] == "nomic_bert"
+    assert native["architectures"] == ["NomicBertModel"]
+    assert (native["hidden_size"], native["num_attention_heads"], native["num_hidden_layers"],
+            native["intermediate_size"], native["max_position_embeddings"]) == (
+        768, 12, 12, 3072, 8192)
+    assert native["hidden_act"] == "silu"
+    assert native["rope_parameters"] == {"rope_type": "default", "rope_theta": 1000.0}
+    assert "auto_map" not in native
+
+
+def test_gte_fixed_ntk_becomes_linear_scaling_of_the_scaled_base() -> None:
+    rope = native_config(LAYOUTS["new"], GTE)["rope_parameters"]
+    assert rope["rope_type"] == "linear"
+    assert rope["rope_theta"] == 1_000_000.0
+    assert rope["factor"] == pytest.approx(2.0 ** (2 / 64))
+
+
+@pytest.mark.parametrize(
+    ("layout", "config", "message"),
+    [
+        ("nomic_bert", {**NOMIC, "rotary_emb_fraction": 0.5}, "rotary_emb_fraction=0.5"),
+        ("nomic_bert", {**NOMIC, "qkv_proj_bias": True}, "qkv_proj_bias=True"),
+        ("nomic_bert", {k: v for k, v in NOMIC.items() if k != "n_inner"}, "'n_inner'"),
+        ("new", {**GTE, "rope_scaling": {"type": "dynamic", "factor": 2}}, "rope_scaling"),
+        ("new", {**GTE, "architectures": ["NewForTokenClassification"]},
+         "NewForTokenClassification has no native mapping"),
+    ],
+)
+def test_unmappable_config_is_named(layout: str, config: dict[str, object], message: str) -> None:
+    with pytest.raises(ExportError, match=message):
+        native_config(LAYOUTS[layout], config)
+
+
+def test_weight_names_split_fused_projections_and_strip_prefixes() -> None:
+    mapping = native_weight_names(
+        LAYOUTS["new"],
+        ["new.encoder.layer.3.attention.qkv_proj.bias",
+         "new.encoder.layer.3.mlp.up_gate_proj.weight", "new.pooler.dense.weight",
+         "classifier.weight", "new.embeddings.position_ids"],
+        "GteForSequenceClassification",
+    )
+    assert mapping == {
+        "new.encoder.layer.3.attention.qkv_proj.bias": [
+            "gte.layers.3.self_attn.q_proj.bias", "gte.layers.3.self_attn.k_proj.bias",
+            "gte.layers.3.self_attn.v_proj.bias"],
+        "new.encoder.layer.3.mlp.up_gate_proj.weight": [
+            "gte.layers.3.mlp.up_proj.weight", "gte.layers.3.mlp.gate_proj.weight"],
+        "new.pooler.dense.weight": ["gte.pooler.dense.weight"],
+        "classifier.weight": ["classifier.weight"],
+    }
+
+
+def test_base_model_drops_heads_it_does_not_have() -> None:
+    mapping = native_weight_names(
+        LAYOUTS["nomic_bert"],
+        ["bert.emb_ln.weight", "cls.predictions.bias", "pooler.dense.weight"],
+        "NomicBertModel",
+    )
+    assert mapping == {"bert.emb_ln.weight": ["embeddings.LayerNorm.weight"]}
+
+
+def test_unknown_weight_is_named() -> None:
+    with pytest.raises(ExportError, match=r"'encoder\.layers\.0\.attn\.rotary_emb\.scale'"):
+        native_weight_names(
+            LAYOUTS["nomic_bert"], ["encoder.layers.0.attn.rotary_emb.scale"], "NomicBertModel"
+        )
