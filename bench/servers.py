@@ -108,7 +108,8 @@ def _command(
     if engine.startswith("serve-"):
         argv = [str(REPO / ".venv" / "bin" / "tei-serve"), "--model-id", str(artifact),
                 "--dtype", dtype_of(engine), "--device", device, "--hostname", "127.0.0.1",
-                "--port", str(port), "--log-level", "warning"]  # fmt: skip
+                "--port", str(port), "--prometheus-port", "0",
+                "--log-level", "warning"]  # fmt: skip
         return argv, REPO, clean_env(), tei_client(port)
     if infinity_dir is None:
         raise EngineUnavailableError("no infinity model folder")

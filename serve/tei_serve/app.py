@@ -17,6 +17,7 @@ from tei_runtime.manifest import Task
 from tei_serve.errors import make_exception_handler
 from tei_serve.infer import Infer
 from tei_serve.metrics import Metrics
+from tei_serve.metrics_port import MetricsPort
 from tei_serve.model import ModelLike
 from tei_serve.protocol import ENCODER, ClassifierModel, EmbeddingModel, Info
 from tei_serve.routes import build_routes, openapi_document
@@ -70,7 +71,9 @@ class Server:
             default_prompt=s.default_prompt,
             clock=self.clock,
         )
-        self.tracing = make_tracing(s.otlp_endpoint, s.otlp_service_name)
+        self.tracing = make_tracing(
+            None if s.disable_spans else s.otlp_endpoint, s.otlp_service_name
+        )
         self.info_json = ENCODER.encode(self.info())
         self.openapi_json = openapi_document()
 
@@ -114,12 +117,15 @@ def build_app(server: Server) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        metrics_port = MetricsPort(server.metrics.render, s.hostname, s.prometheus_port)
+        await metrics_port.start()
         server.worker.start()
         try:
             yield
         finally:
             # The ASGI server has answered every accepted request by now; finish the queue.
             await server.worker.stop()
+            await metrics_port.close()
             server.infer.close()
             if server.tracing is not None:
                 server.tracing.shutdown()

@@ -155,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(settings)
     log.info("args: %r", settings)
+    for flag in settings.compatibility_only():
+        log.warning("%s is accepted for compatibility with TEI and has no effect", flag)
+    if settings.disable_spans and settings.otlp_endpoint:
+        log.warning("--disable-spans is set: no request spans go to %s", settings.otlp_endpoint)
     try:
         model, model_id = load_model(settings)
     except (ModelSourceError, SettingsError, ManifestError, ProviderError) as e:

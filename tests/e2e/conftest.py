@@ -50,6 +50,7 @@ class Running:
 def start(model: ModelLike, **settings: Any) -> Running:
     settings.setdefault("hostname", "127.0.0.1")
     settings.setdefault("port", 0)
+    settings.setdefault("prometheus_port", 0)
     settings.setdefault("tokenization_workers", 2)
     server = Server(settings=Settings(**settings), model=model,
                     model_id=model.manifest.source.model_id)
