@@ -97,5 +97,5 @@ def spans_of(by_name: dict[str, list[Any]], parent: bytes) -> list[Any]:
 
 def test_no_endpoint_means_no_tracing(serve: Callable[..., Running]) -> None:
     r = serve(Task.EMBED)
-    assert r.server.tracing is None
+    assert r.serving.tracing is None
     assert r.client.post("/embed", json={"inputs": ["hello"]}).status_code == 200
