@@ -17,12 +17,13 @@ import uvicorn
 
 from tei_runtime.batching import pack
 from tei_runtime.errors import ProviderError
-from tei_runtime.manifest import ManifestError, Task
-from tei_serve.app import Server, build_app
+from tei_runtime.manifest import ManifestError
+from tei_serve.http.app import build_app
 from tei_serve.model import ModelLike
 from tei_serve.model_source import ModelSourceError, resolve
+from tei_serve.serving import Serving
 from tei_serve.settings import Settings, SettingsError, load_settings
-from tei_serve.worker import Op, forward_in_pieces
+from tei_serve.worker import forward_in_pieces, op_for_task
 
 log = logging.getLogger("tei_serve")
 
@@ -104,16 +105,13 @@ def warm_up(model: ModelLike, settings: Settings) -> None:
         count = min(count, settings.max_batch_requests)
     [one] = model.encode(["warm up " * length], truncate=True)
     pieces = pack([len(one)] * count, model.packing)
-    task = model.manifest.task
-    op = (Op.LOGITS if task in (Task.CLASSIFY, Task.RERANK)
-          else Op.SPARSE if task is Task.SPARSE else Op.EMBED)
-    forward_in_pieces(model, op, [one] * len(pieces[0]))
+    forward_in_pieces(model, op_for_task(model.manifest.task), [one] * len(pieces[0]))
 
 
-def uvicorn_config(server: Server) -> uvicorn.Config:
-    s = server.settings
+def uvicorn_config(serving: Serving) -> uvicorn.Config:
+    s = serving.settings
     return uvicorn.Config(
-        build_app(server),
+        build_app(serving),
         host=s.hostname,
         port=s.port,
         log_config=None,
@@ -128,14 +126,14 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     )
 
 
-def serve(server: Server) -> bool:
+def serve(serving: Serving) -> bool:
     """Serve until SIGTERM/SIGINT; False when the server could not start.
 
     uvicorn re-raises the signal it caught once it has shut down gracefully, to the handler
     that was there before it; that handler is a no-op here, so the process exits 0 as TEI's
     does after a graceful shutdown.
     """
-    uv = uvicorn.Server(uvicorn_config(server))
+    uv = uvicorn.Server(uvicorn_config(serving))
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _after_shutdown)
@@ -165,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", e)
         return 1
     warm_up(model, settings)
-    server = Server(settings=settings, model=model, model_id=model_id)
+    serving = Serving(settings=settings, model=model, model_id=model_id)
     log.info(
         "ready: model=%s task=%s provider=%s variant=%s max_input_length=%d "
         "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
@@ -176,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.max_concurrent_requests, settings.max_client_batch_size,
         settings.hostname, settings.port,
     )
-    return 0 if serve(server) else 1
+    return 0 if serve(serving) else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,35 +20,10 @@ from dataclasses import dataclass, field
 
 from tei_runtime import errors as rt_errors
 from tei_runtime.data import Encoding
-from tei_serve.errors import (
-    BackendError,
-    OverloadedError,
-    TeiError,
-    TokenizerError,
-    ValidationError,
-)
+from tei_serve.errors import OverloadedError, from_runtime
 from tei_serve.metrics import Metrics
 from tei_serve.model import Direction, Input, ModelLike
 from tei_serve.worker import Op, Result, Worker
-
-
-def map_runtime_error(exc: BaseException) -> TeiError | None:
-    """The server error (status, error_type) for a runtime error; None if not one."""
-    err: TeiError
-    if isinstance(exc, rt_errors.ValidationError):
-        err = ValidationError(str(exc))
-    elif isinstance(exc, rt_errors.TokenizerError):
-        err = TokenizerError(str(exc))
-    elif isinstance(exc, rt_errors.BackendError):
-        err = BackendError(str(exc))
-    else:
-        return None
-    err.__cause__ = exc
-    return err
-
-
-def direction_of(value: str) -> Direction:
-    return "left" if value.lower() == "left" else "right"
 
 
 @dataclass
@@ -120,7 +95,7 @@ class Infer:
         inputs: Sequence[Input],
         *,
         truncate: bool,
-        truncation_direction: str,
+        truncation_direction: Direction,
         prompt_name: str | None,
         meta: Meta,
         use_prompt: bool = True,
@@ -133,7 +108,7 @@ class Infer:
             self.model.encode,
             inputs,
             truncate=truncate,
-            truncation_direction=direction_of(truncation_direction),
+            truncation_direction=truncation_direction,
             prompt_name=prompt_name if use_prompt else None,
             prompt=prompt,
         )
@@ -141,10 +116,7 @@ class Infer:
         try:
             encodings = await asyncio.get_running_loop().run_in_executor(self.pool, call)
         except rt_errors.TeiRuntimeError as e:
-            mapped = map_runtime_error(e)
-            if mapped is None:
-                raise
-            raise mapped from e
+            raise from_runtime(e) from e
         meta.tokenization = self.clock() - started
         for inp in inputs:
             if isinstance(inp, str):
@@ -166,7 +138,7 @@ class Infer:
         op: Op,
         *,
         truncate: bool,
-        truncation_direction: str = "right",
+        truncation_direction: Direction = "right",
         prompt_name: str | None = None,
         meta: Meta,
         use_prompt: bool = True,

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from tei_runtime.batching import run_packed
 from tei_runtime.data import Encoding
+from tei_runtime.manifest import Task
 from tei_serve.batcher import Batch, Batcher, Entry
 from tei_serve.errors import BackendError, UnhealthyError
 from tei_serve.metrics import Metrics
@@ -38,6 +39,19 @@ class Op(enum.Enum):
     """vocabulary-sized SPLADE vector (forward_sparse)"""
     LOGITS = "logits"
     """classifier / reranker head (forward_logits)"""
+
+
+def op_for_task(task: Task) -> Op:
+    """The forward a model of this task serves: its requests, health probe and warm-up."""
+    match task:
+        case Task.EMBED:
+            return Op.EMBED
+        case Task.SPARSE:
+            return Op.SPARSE
+        case Task.CLASSIFY | Task.RERANK:
+            return Op.LOGITS
+        case _:
+            assert_never(task)
 
 
 @dataclass(frozen=True)
