@@ -1,4 +1,5 @@
-"""`tei-serve`: parse settings, resolve and load the model, warm it up, serve with uvicorn.
+"""`tei-serve`: parse settings, resolve and load the model, warm it up, serve with uvicorn
+(or, with --grpc, TEI's gRPC API on grpc.aio: tei_serve.grpc.server).
 
 uvicorn owns SIGTERM/SIGINT: it stops accepting, waits for every accepted request to be
 answered, then runs the app's shutdown (which drains the batch queue), and `main` exits 0.
@@ -6,6 +7,7 @@ answered, then runs the app's shutdown (which drains the batch queue), and `main
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import signal
@@ -19,6 +21,7 @@ from tei_runtime.batching import pack
 from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import ManifestError
 from tei_serve.http.app import build_app
+from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import ModelLike
 from tei_serve.model_source import ModelSourceError, resolve
 from tei_serve.serving import Serving
@@ -141,6 +144,20 @@ def serve(serving: Serving) -> bool:
     return bool(uv.started)
 
 
+def serve_grpc(serving: Serving) -> bool:
+    """`--grpc`: serve TEI's gRPC API until SIGTERM/SIGINT, then stop gracefully (calls in
+    flight finish, the queue drains); False when the server could not start."""
+    from tei_serve.grpc.server import GrpcStartError
+    from tei_serve.grpc.server import serve_grpc as run
+
+    try:
+        asyncio.run(run(serving))
+    except (GrpcStartError, MetricsPortError) as e:
+        log.error("%s", e)
+        return False
+    return True
+
+
 def _after_shutdown(signum: int, _frame: object) -> None:
     log.info("shut down after %s", signal.Signals(signum).name)
 
@@ -174,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.max_concurrent_requests, settings.max_client_batch_size,
         settings.hostname, settings.port,
     )
-    return 0 if serve(serving) else 1
+    ok = serve_grpc(serving) if settings.grpc else serve(serving)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import logging
 import os
 from collections.abc import Coroutine
 from importlib import resources
-from typing import Any, Protocol, TypeVar, assert_never
+from typing import Any, TypeVar, assert_never
 
 from litestar import Request, Response, get, post
 from litestar.connection import ASGIConnection
@@ -21,6 +20,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
+from tei_serve import observe
 from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
 from tei_serve.http.protocol import (
     ENCODER,
@@ -55,8 +55,6 @@ from tei_serve.serving import (
     SimilarityQuery,
     TokenizeQuery,
 )
-
-log = logging.getLogger("tei_serve.access")
 
 T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
@@ -128,12 +126,7 @@ def timing_headers(meta: Metadata, compute_type: str) -> dict[str, str]:
     }
 
 
-class _Measured(Protocol):
-    @property
-    def metadata(self) -> Metadata: ...
-
-
-R = TypeVar("R", bound=_Measured)
+R = TypeVar("R", bound=observe.Measured)
 
 
 def _method(batch: bool) -> Method:
@@ -166,33 +159,12 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
         n: int,
         work: Coroutine[Any, Any, R],
     ) -> R:
-        """Count, trace and log one inference request; cancel it if the client leaves.
-
-        `handler` is TEI's name for what runs (its span name: `/` runs `embed`, `rerank` ...).
-        The result's `metadata` feeds the metrics, the span and the log line.
-        """
-        started = serving.clock()
-        serving.metrics.received(method, family, n)
-        tracing = serving.tracing
-        try:
-            result = await until_disconnect(request, work)
-        except Exception as e:
-            if tracing is not None:
-                tracing.record(handler, request.url.path, request.headers, None,
-                               serving.clock() - started, error=e)  # fmt: skip
-            raise
-        meta = result.metadata
-        serving.metrics.record(method, family, n, meta)
-        if tracing is not None:
-            tracing.record(handler, request.url.path, request.headers, meta,
-                           meta.total_time_ns / 1e9)  # fmt: skip
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "%s %s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
-                request.method, request.url.path, n, meta.compute_tokens,
-                meta.total_time_ns / 1e6, meta.queue_time_ns / 1e6, meta.inference_time_ns / 1e6,
-            )  # fmt: skip
-        return result
+        """Count, trace and log one inference request (the core's one record path); cancel it
+        if the client leaves. `handler` is TEI's name for what runs (`/` runs `embed` ...)."""
+        return await observe.observed(
+            serving, until_disconnect(request, work), handler=handler, verb=request.method,
+            route=request.url.path, headers=request.headers, method=method, family=family, n=n,
+        )  # fmt: skip
 
     # -- one function per operation, shared by its route and `/` ------------------------------
 
