@@ -6,6 +6,7 @@ Usage: `model = tei_runtime.load("artifacts/all-MiniLM-L6-v2")`, then
 
 from __future__ import annotations
 
+from tei_runtime.backend import Backend, Output
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import (
     BackendError,
@@ -20,11 +21,13 @@ from tei_runtime.manifest import ManifestError, Pooling, Precision, Task
 from tei_runtime.model import Model
 
 __all__ = [
+    "Backend",
     "BackendError",
     "Encoding",
     "InputTooLongError",
     "ManifestError",
     "Model",
+    "Output",
     "Pooling",
     "Precision",
     "ProviderError",

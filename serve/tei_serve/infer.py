@@ -19,11 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tei_runtime import errors as rt_errors
+from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
 from tei_serve.errors import OverloadedError, from_runtime
 from tei_serve.metrics import Metrics
-from tei_serve.model import Direction, Input, ModelLike
-from tei_serve.worker import Op, Result, Worker
+from tei_serve.model import Direction, Input, ServedModel
+from tei_serve.worker import Result, Worker
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Permits:
 class Infer:
     def __init__(
         self,
-        model: ModelLike,
+        model: ServedModel,
         worker: Worker,
         metrics: Metrics,
         *,
@@ -135,7 +136,7 @@ class Infer:
     async def run(
         self,
         inputs: Sequence[Input],
-        op: Op,
+        output: Output,
         *,
         truncate: bool,
         truncation_direction: Direction = "right",
@@ -153,7 +154,7 @@ class Infer:
                 meta=meta,
                 use_prompt=use_prompt,
             )
-            futures = [self.worker.submit(enc, op) for enc in encodings]
+            futures = [self.worker.submit(enc, output) for enc in encodings]
             try:
                 results = list(await asyncio.gather(*futures))
             finally:

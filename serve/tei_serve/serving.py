@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from tei_runtime import errors as rt_errors
 from tei_runtime import pooling
+from tei_runtime.backend import Output, output_for_task
 from tei_runtime.data import SparseVector, Token
 from tei_runtime.manifest import Task
 from tei_serve.errors import (
@@ -52,10 +53,10 @@ from tei_serve.errors import (
 )
 from tei_serve.infer import Infer, Meta
 from tei_serve.metrics import Metrics
-from tei_serve.model import Input, ModelLike
+from tei_serve.model import Input, ServedModel
 from tei_serve.settings import Settings
 from tei_serve.tracing import Tracing, make_tracing
-from tei_serve.worker import Op, Result, Worker, op_for_task
+from tei_serve.worker import Result, Worker
 
 __all__ = (
     "ClassifierModel",
@@ -290,7 +291,7 @@ class Serving:
         self,
         *,
         settings: Settings,
-        model: ModelLike,
+        model: ServedModel,
         model_id: str,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -299,7 +300,7 @@ class Serving:
         self.model_id = model_id
         self.clock = clock
         self.task: Task = model.manifest.task
-        self.op: Op = op_for_task(self.task)
+        self.output: Output = output_for_task(self.task)
         """The forward this model serves."""
         self.metrics = Metrics(model.max_input_length)
         self.worker = Worker(
@@ -344,7 +345,8 @@ class Serving:
         """Return when the model answers; `UnhealthyError` when it does not (a probe runs only
         after a failed batch)."""
         if not self.worker.healthy:
-            await self.worker.probe(self.op)
+            [probe] = await self.offload(lambda: self.model.encode(["health"], truncate=True))
+            await self.worker.probe(probe, self.output)
         if not self.worker.healthy:
             raise UnhealthyError()
 
@@ -393,25 +395,25 @@ class Serving:
 
     async def embed_all(self, q: EmbedAllQuery) -> TokenVectors:
         meta = Meta(start=self.clock())
-        match self.op:
-            case Op.LOGITS:
+        match self.output:
+            case Output.LOGITS:
                 raise ModelTypeError("Backend error: Model is not an embedding model")
-            case Op.SPARSE:
+            case Output.SPARSE:
                 raise ModelTypeError("`embed_all` is not available for SPLADE models")
         self._check_inputs(q.inputs)
         results = await self._run(
-            q.inputs, Op.TOKENS, meta, truncate=q.truncate, direction=q.truncation_direction,
+            q.inputs, Output.TOKENS, meta, truncate=q.truncate, direction=q.truncation_direction,
             prompt_name=q.prompt_name,
         )  # fmt: skip
         return TokenVectors(vectors=[r.value for r in results], metadata=self._metadata(meta))
 
     async def embed_sparse(self, q: EmbedAllQuery) -> SparseVectors:
         meta = Meta(start=self.clock())
-        if self.op is not Op.SPARSE:
+        if self.output is not Output.SPARSE:
             raise ModelTypeError("Model is not an embedding model with SPLADE pooling")
         self._check_inputs(q.inputs)
         results = await self._run(
-            q.inputs, Op.SPARSE, meta, truncate=q.truncate, direction=q.truncation_direction,
+            q.inputs, Output.SPARSE, meta, truncate=q.truncate, direction=q.truncation_direction,
             prompt_name=q.prompt_name,
         )  # fmt: skip
         vectors = pooling.to_sparse(_stack([r.value for r in results]))
@@ -421,7 +423,7 @@ class Serving:
 
     async def predict(self, q: PredictQuery) -> Predictions:
         meta = Meta(start=self.clock())
-        if self.op is not Op.LOGITS:
+        if self.output is not Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not a classifier model")
         scores = await self._scores(
             q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
@@ -499,7 +501,7 @@ class Serving:
     async def _run(
         self,
         inputs: Sequence[Input],
-        op: Op,
+        output: Output,
         meta: Meta,
         *,
         truncate: bool | None,
@@ -508,7 +510,7 @@ class Serving:
         use_prompt: bool = True,
     ) -> list[Result]:
         return await self.infer.run(
-            inputs, op, meta=meta,
+            inputs, output, meta=meta,
             truncate=self.settings.auto_truncate if truncate is None else truncate,
             truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
         )  # fmt: skip
@@ -525,14 +527,14 @@ class Serving:
         dimensions: int | None,
     ) -> FloatArray:
         self._check_inputs(inputs)
-        if self.op is Op.LOGITS:
+        if self.output is Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not an embedding model")
-        if self.op is Op.SPARSE and normalize:
+        if self.output is Output.SPARSE and normalize:
             raise ModelTypeError("`normalize` is not available for SPLADE models")
         if dimensions is not None and dimensions <= 0:
             raise ValidationError("`dimensions` should be positive")
         results = await self._run(
-            inputs, self.op, meta, truncate=truncate, direction=direction,
+            inputs, self.output, meta, truncate=truncate, direction=direction,
             prompt_name=prompt_name,
         )  # fmt: skip
         try:
@@ -554,7 +556,7 @@ class Serving:
         """Per input scores: sigmoid for one label, softmax over several, or the logits."""
         self._check_inputs(inputs)
         results = await self._run(
-            inputs, Op.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
+            inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
             use_prompt=False,
         )  # fmt: skip
         logits = _stack([r.value for r in results])
@@ -594,7 +596,7 @@ class Serving:
             case Task.EMBED | Task.SPARSE:
                 pooling_name = m.pooling.value.replace("-", "_") if m.pooling else "cls"
                 model_type = {"embedding": EmbeddingModel(pooling=pooling_name)}
-        precision = str(getattr(self.model.precision, "value", self.model.precision))
+        precision = self.model.precision.value
         return ModelInfo(
             model_id=self.model_id,
             model_sha=s.revision or m.source.commit_sha,

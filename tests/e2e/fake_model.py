@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tei_runtime import errors as rt_errors
-from tei_runtime.batching import Packing
+from tei_runtime.backend import Output
 from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import (
     SCHEMA_VERSION,
@@ -30,6 +30,7 @@ from tei_runtime.manifest import (
     Task,
     Toolchain,
 )
+from tei_runtime.packing import Packing
 from tei_runtime.tokenization import Tokenizer
 
 WORDS = (
@@ -161,6 +162,17 @@ class FakeModel:
 
     def _tokens(self, enc: Encoding) -> np.ndarray:
         return self.table[np.asarray(enc.ids, dtype=np.int64)]
+
+    def forward(self, batch: Sequence[Encoding], output: Output) -> Sequence[np.ndarray]:
+        match output:
+            case Output.EMBEDDING:
+                return list(self.forward_embed(batch))
+            case Output.TOKENS:
+                return self.forward_tokens(batch)
+            case Output.SPARSE:
+                return list(self.forward_sparse(batch))
+            case Output.LOGITS:
+                return list(self.forward_logits(batch))
 
     def forward_embed(self, batch: Sequence[Encoding]) -> np.ndarray:
         self._before(batch)
