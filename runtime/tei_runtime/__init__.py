@@ -11,13 +11,14 @@ from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import (
     BackendError,
     InputTooLongError,
+    ManifestError,
     ProviderError,
     TeiRuntimeError,
     TokenizerError,
     ValidationError,
 )
 from tei_runtime.loader import load
-from tei_runtime.manifest import ManifestError, Pooling, Precision, Task
+from tei_runtime.manifest import Pooling, Precision, Task
 from tei_runtime.model import Model
 
 __all__ = [

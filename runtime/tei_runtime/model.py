@@ -14,8 +14,8 @@ import numpy.typing as npt
 from tei_runtime import pooling
 from tei_runtime.backend import Output
 from tei_runtime.data import Encoding, SparseVector, Token
-from tei_runtime.errors import ValidationError
-from tei_runtime.manifest import Manifest, ManifestError, Pooling, Precision, Task, Variant
+from tei_runtime.errors import ManifestError, ValidationError
+from tei_runtime.manifest import Manifest, Pooling, Precision, Task, Variant
 from tei_runtime.packing import Packing, run_packed
 from tei_runtime.providers import TRT_MAX_BATCH, Device, ProviderChoice
 from tei_runtime.session import OrtBackend

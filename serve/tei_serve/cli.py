@@ -16,8 +16,7 @@ from collections.abc import Sequence
 import uvicorn
 
 from tei_runtime.backend import output_for_task
-from tei_runtime.errors import ProviderError
-from tei_runtime.manifest import ManifestError
+from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
 from tei_serve.http.app import build_app
@@ -157,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("args: %r", settings)
     try:
         model, model_id = load_model(settings)
-    except (ModelSourceError, SettingsError, ManifestError, ProviderError) as e:
+    except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
         log.error("%s", e)
         return 1
     warm_up(model, settings)
