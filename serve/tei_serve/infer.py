@@ -5,7 +5,7 @@ request cannot take all of its permits it is answered 429 at once (TEI's `try_ac
 permits are held through tokenization, queue and inference.
 
 Tokenization runs on a pool of `tokenization_workers` threads, off the event loop, before the
-entries are queued, so the batcher holds token counts it can pack by.
+entries are queued, so the token-budget queue holds token counts it can pack by.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class Infer:
             try:
                 results = list(await asyncio.gather(*futures))
             finally:
-                # On error or cancellation (client gone), the batcher drops what is left.
+                # On error or cancellation (client gone), the queue drops what is left.
                 for f in futures:
                     f.cancel()
         n = len(results)

@@ -19,8 +19,8 @@ post-processing (through `tei_runtime.pooling`) happen here, once.
 
 Cancellation: an operation is a coroutine; cancel the task awaiting it when the caller goes
 away (HTTP disconnect, gRPC cancel). The cancellation cancels the operation's queue entries,
-which the batcher drops before packing its next batch and the worker skips if they were
-already taken, and releases the permits: nothing stays queued for a caller that left.
+which the token-budget queue drops before packing its next batch and the worker skips if it
+already took them, and releases the permits: nothing stays queued for a caller that left.
 """
 
 from __future__ import annotations

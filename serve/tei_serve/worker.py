@@ -1,7 +1,7 @@
-"""The batching loop: batcher -> model (on its own thread) -> futures.
+"""The batching loop: token-budget queue -> Backend (on its own thread) -> futures.
 
 Two tasks share one slot. The producer waits (on an Event, never a timer) until the slot is
-free and entries are waiting, takes the next batch from the batcher and puts it in the slot:
+free and entries are waiting, takes the next batch from the queue and puts it in the slot:
 that is the one prefetched batch, formed while the model runs the current one. The runner
 takes the batch from the slot, runs it on the model's single-thread executor and resolves the
 entries' futures. A failing batch fails only its own requests (424) and marks the backend
@@ -21,10 +21,10 @@ from typing import cast
 from tei_runtime.backend import Backend, Output
 from tei_runtime.data import Encoding
 from tei_runtime.packing import run_packed
-from tei_serve.batcher import Batch, Batcher, Entry
 from tei_serve.errors import BackendError, UnhealthyError
 from tei_serve.metrics import Metrics
 from tei_serve.model import Array
+from tei_serve.token_queue import Batch, Entry, TokenBudgetQueue
 
 log = logging.getLogger("tei_serve")
 
@@ -56,7 +56,7 @@ class Worker:
         self.model = model
         self.metrics = metrics
         self.clock = clock
-        self.batcher: Batcher[Job] = Batcher(
+        self.queue: TokenBudgetQueue[Job] = TokenBudgetQueue(
             max_batch_tokens=max_batch_tokens,
             max_batch_requests=max_batch_requests,
             max_wait=max_wait,
@@ -84,10 +84,10 @@ class Worker:
         if self._closing:
             raise UnhealthyError("server is shutting down")
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self.batcher.push(
+        self.queue.push(
             Job(encoding, future), length=len(encoding), kind=output, is_dropped=future.done
         )
-        self.metrics.queue_size.set(len(self.batcher))
+        self.metrics.queue_size.set(len(self.queue))
         self._wake.set()
         return future
 
@@ -114,15 +114,15 @@ class Worker:
     async def _produce(self) -> None:
         while True:
             await self._slot_free.wait()
-            if not len(self.batcher):
+            if not len(self.queue):
                 if self._closing:
                     break
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            taken = self.batcher.next_batch()
+            taken = self.queue.next_batch()
             self._count_dropped(taken.dropped)
-            self.metrics.queue_size.set(len(self.batcher))
+            self.metrics.queue_size.set(len(self.queue))
             if taken.batch is None:
                 continue
             self.metrics.batch_next_size.observe(len(taken.batch))
@@ -183,7 +183,7 @@ class Worker:
 def forward_in_pieces(
     model: Backend, output: Output, encodings: Sequence[Encoding]
 ) -> Sequence[Array]:
-    """Run one batcher batch as length-sorted pieces under the model's own token budget.
+    """Run one queued batch as length-sorted pieces under the model's own token budget.
 
     --max-batch-tokens (TEI's 16384) bounds what is admitted into one batch; on CPU a forward
     of that size ran about 3x slower per text than pieces of the runtime's CPU budget (1024

@@ -69,7 +69,7 @@ def test_requests_are_batched(serve: Callable[..., Running]) -> None:
                             timeout=30) for i in range(12)]
         worker = r.serving.worker
         # one batch runs (held at the gate), one is prefetched, the rest wait in the queue
-        _wait(lambda: len(worker.batcher) + len(worker._slot or []) == 11)
+        _wait(lambda: len(worker.queue) + len(worker._slot or []) == 11)
         r.model.gate.set()
         assert all(f.result().status_code == 200 for f in futs)
     assert sum(r.model.batches) == 12
