@@ -400,24 +400,15 @@ class Serving:
                 raise ModelTypeError("Backend error: Model is not an embedding model")
             case Output.SPARSE:
                 raise ModelTypeError("`embed_all` is not available for SPLADE models")
-        self._check_inputs(q.inputs)
-        results = await self._run(
-            q.inputs, Output.TOKENS, meta, truncate=q.truncate, direction=q.truncation_direction,
-            prompt_name=q.prompt_name,
-        )  # fmt: skip
-        return TokenVectors(vectors=[r.value for r in results], metadata=self._metadata(meta))
+        vectors = await self._forward_all(q, Output.TOKENS, meta)
+        return TokenVectors(vectors=vectors, metadata=self._metadata(meta))
 
     async def embed_sparse(self, q: EmbedAllQuery) -> SparseVectors:
         meta = Meta(start=self.clock())
         if self.output is not Output.SPARSE:
             raise ModelTypeError("Model is not an embedding model with SPLADE pooling")
-        self._check_inputs(q.inputs)
-        results = await self._run(
-            q.inputs, Output.SPARSE, meta, truncate=q.truncate, direction=q.truncation_direction,
-            prompt_name=q.prompt_name,
-        )  # fmt: skip
-        vectors = pooling.to_sparse(_stack([r.value for r in results]))
-        return SparseVectors(vectors=vectors, metadata=self._metadata(meta))
+        dense = _stack(await self._forward_all(q, Output.SPARSE, meta))
+        return SparseVectors(vectors=pooling.to_sparse(dense), metadata=self._metadata(meta))
 
     # -- classifiers and rerankers ----------------------------------------------------------
 
@@ -514,6 +505,16 @@ class Serving:
             truncate=self.settings.auto_truncate if truncate is None else truncate,
             truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
         )  # fmt: skip
+
+    async def _forward_all(
+        self, q: EmbedAllQuery, output: Output, meta: Meta
+    ) -> list[FloatArray]:
+        self._check_inputs(q.inputs)
+        results = await self._run(
+            q.inputs, output, meta, truncate=q.truncate, direction=q.truncation_direction,
+            prompt_name=q.prompt_name,
+        )  # fmt: skip
+        return [r.value for r in results]
 
     async def _pooled(
         self,
