@@ -42,6 +42,7 @@ from tei_runtime import pooling
 from tei_runtime.backend import Output, output_for_task
 from tei_runtime.data import SparseVector, Token
 from tei_runtime.manifest import Task
+from tei_serve.admission import Admission, Tally
 from tei_serve.errors import (
     BatchSizeError,
     EmptyError,
@@ -51,7 +52,6 @@ from tei_serve.errors import (
     ValidationError,
     from_runtime,
 )
-from tei_serve.infer import Infer, Meta
 from tei_serve.metrics import Metrics
 from tei_serve.model import Input, ServedModel
 from tei_serve.settings import Settings
@@ -311,7 +311,7 @@ class Serving:
             metrics=self.metrics,
             clock=clock,
         )
-        self.infer = Infer(
+        self.admission = Admission(
             model,
             self.worker,
             self.metrics,
@@ -337,7 +337,7 @@ class Serving:
         """Answer every queued entry, then stop the tasks and the tokenizer pool, and flush
         the spans."""
         await self.worker.stop()
-        self.infer.close()
+        self.admission.close()
         if self.tracing is not None:
             self.tracing.shutdown()
 
@@ -356,12 +356,12 @@ class Serving:
 
     async def offload(self, fn: Callable[[], T]) -> T:
         """Run CPU-heavy work (a large response encode) on the tokenizer pool."""
-        return await asyncio.get_running_loop().run_in_executor(self.infer.pool, fn)
+        return await asyncio.get_running_loop().run_in_executor(self.admission.pool, fn)
 
     # -- embeddings -----------------------------------------------------------------------
 
     async def embed(self, q: EmbedQuery) -> Embedded:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         vectors = await self._pooled(
             q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
             prompt_name=q.prompt_name, normalize=q.normalize, dimensions=q.dimensions,
@@ -369,7 +369,7 @@ class Serving:
         return Embedded(vectors=vectors, metadata=self._metadata(meta))
 
     async def openai_embed(self, q: OpenAIQuery) -> OpenAIEmbedded:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if q.model is not None and q.model != self.served_model_name:
             log.warning("request model %r is not the served model %r", q.model,
                         self.served_model_name)  # fmt: skip
@@ -382,7 +382,7 @@ class Serving:
         )
 
     async def similarity(self, q: SimilarityQuery) -> Similarities:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if not q.sentences:
             raise EmptyError("`inputs.sentences` cannot be empty")
         vectors = await self._pooled(
@@ -394,7 +394,7 @@ class Serving:
         return Similarities(scores=[float(c) for c in cosines], metadata=self._metadata(meta))
 
     async def embed_all(self, q: EmbedAllQuery) -> TokenVectors:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         match self.output:
             case Output.LOGITS:
                 raise ModelTypeError("Backend error: Model is not an embedding model")
@@ -404,7 +404,7 @@ class Serving:
         return TokenVectors(vectors=vectors, metadata=self._metadata(meta))
 
     async def embed_sparse(self, q: EmbedAllQuery) -> SparseVectors:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if self.output is not Output.SPARSE:
             raise ModelTypeError("Model is not an embedding model with SPLADE pooling")
         dense = _stack(await self._forward_all(q, Output.SPARSE, meta))
@@ -413,7 +413,7 @@ class Serving:
     # -- classifiers and rerankers ----------------------------------------------------------
 
     async def predict(self, q: PredictQuery) -> Predictions:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if self.output is not Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not a classifier model")
         scores = await self._scores(
@@ -430,7 +430,7 @@ class Serving:
         return Predictions(predictions=predictions, metadata=self._metadata(meta))
 
     async def rerank(self, q: RerankQuery) -> Ranks:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if self.task is not Task.RERANK:
             raise ModelTypeError("Backend error: model is not a re-ranker model")
         if not q.texts:
@@ -493,21 +493,21 @@ class Serving:
         self,
         inputs: Sequence[Input],
         output: Output,
-        meta: Meta,
+        meta: Tally,
         *,
         truncate: bool | None,
         direction: Direction,
         prompt_name: str | None,
         use_prompt: bool = True,
     ) -> list[Result]:
-        return await self.infer.run(
+        return await self.admission.run(
             inputs, output, meta=meta,
             truncate=self.settings.auto_truncate if truncate is None else truncate,
             truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
         )  # fmt: skip
 
     async def _forward_all(
-        self, q: EmbedAllQuery, output: Output, meta: Meta
+        self, q: EmbedAllQuery, output: Output, meta: Tally
     ) -> list[FloatArray]:
         self._check_inputs(q.inputs)
         results = await self._run(
@@ -519,7 +519,7 @@ class Serving:
     async def _pooled(
         self,
         inputs: Sequence[TextOrIds],
-        meta: Meta,
+        meta: Tally,
         *,
         truncate: bool | None,
         direction: Direction,
@@ -547,7 +547,7 @@ class Serving:
     async def _scores(
         self,
         inputs: Sequence[PredictInput],
-        meta: Meta,
+        meta: Tally,
         *,
         truncate: bool | None,
         direction: Direction,
@@ -574,7 +574,7 @@ class Serving:
         except rt_errors.TeiRuntimeError as e:
             raise from_runtime(e) from e
 
-    def _metadata(self, meta: Meta) -> Metadata:
+    def _metadata(self, meta: Tally) -> Metadata:
         return Metadata(
             compute_chars=meta.chars,
             compute_tokens=meta.tokens,

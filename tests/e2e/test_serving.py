@@ -94,7 +94,7 @@ def test_cancelled_caller_leaves_nothing_queued(tokenizer_json: Path) -> None:
             leaver.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await leaver
-            assert serving.infer.permits.available == 6  # its permits are back at once
+            assert serving.admission.permits.available == 6  # its permits are back at once
             model.gate.set()
             await held
         finally:

@@ -28,8 +28,8 @@ from tei_serve.worker import Result, Worker
 
 
 @dataclass
-class Meta:
-    """Per-request figures behind the x-* headers and the duration histograms."""
+class Tally:
+    """One request's figures as they accumulate (serving turns them into its `Metadata`)."""
 
     start: float
     chars: int = 0
@@ -60,7 +60,9 @@ class Permits:
             self.available += n
 
 
-class Infer:
+class Admission:
+    """Permits, the tokenizer pool and the queue hand-off, for the serving core."""
+
     def __init__(
         self,
         model: ServedModel,
@@ -98,7 +100,7 @@ class Infer:
         truncate: bool,
         truncation_direction: Direction,
         prompt_name: str | None,
-        meta: Meta,
+        meta: Tally,
         use_prompt: bool = True,
     ) -> Sequence[Encoding]:
         prompt: str | None = None
@@ -141,7 +143,7 @@ class Infer:
         truncate: bool,
         truncation_direction: Direction = "right",
         prompt_name: str | None = None,
-        meta: Meta,
+        meta: Tally,
         use_prompt: bool = True,
     ) -> list[Result]:
         """Admit, tokenize, queue and await every input of one request."""
