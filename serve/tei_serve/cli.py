@@ -17,16 +17,17 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from tei_runtime.batching import pack
-from tei_runtime.errors import ProviderError
-from tei_runtime.manifest import ManifestError
+from tei_runtime.backend import output_for_task
+from tei_runtime.errors import TeiRuntimeError
+from tei_runtime.model import Model
+from tei_runtime.packing import length_sorted_groups
 from tei_serve.http.app import build_app
 from tei_serve.metrics_port import MetricsPortError
-from tei_serve.model import ModelLike
+from tei_serve.model import ServedModel
 from tei_serve.model_source import ModelSourceError, resolve
 from tei_serve.serving import Serving
 from tei_serve.settings import Settings, SettingsError, load_settings
-from tei_serve.worker import forward_in_pieces, op_for_task
+from tei_serve.worker import forward_in_pieces
 
 log = logging.getLogger("tei_serve")
 
@@ -70,7 +71,7 @@ def check_limits(settings: Settings, model_max_length: int) -> None:
     )
 
 
-def load_model(settings: Settings) -> tuple[ModelLike, str]:
+def load_model(settings: Settings) -> tuple[Model, str]:
     import tei_runtime
 
     artifact, model_id = resolve(
@@ -83,7 +84,7 @@ def load_model(settings: Settings) -> tuple[ModelLike, str]:
     from tei_runtime.manifest import read_manifest
 
     check_limits(settings, read_manifest(artifact).max_input_length)
-    model: ModelLike = tei_runtime.load(
+    model = tei_runtime.load(
         artifact,
         device=settings.device,
         dtype=settings.dtype or "auto",
@@ -94,7 +95,7 @@ def load_model(settings: Settings) -> tuple[ModelLike, str]:
     return model, model_id
 
 
-def warm_up(model: ModelLike, settings: Settings) -> None:
+def warm_up(model: ServedModel, settings: Settings) -> None:
     """Run the largest piece a full batch is cut into (TEI runs the full batch itself).
 
     A full batch is max_batch_tokens split into max_input_length sequences; the worker runs
@@ -107,8 +108,8 @@ def warm_up(model: ModelLike, settings: Settings) -> None:
     if settings.max_batch_requests is not None:
         count = min(count, settings.max_batch_requests)
     [one] = model.encode(["warm up " * length], truncate=True)
-    pieces = pack([len(one)] * count, model.packing)
-    forward_in_pieces(model, op_for_task(model.manifest.task), [one] * len(pieces[0]))
+    pieces = length_sorted_groups([len(one)] * count, model.packing)
+    forward_in_pieces(model, output_for_task(model.manifest.task), [one] * len(pieces[0]))
 
 
 def uvicorn_config(serving: Serving) -> uvicorn.Config:
@@ -176,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("--disable-spans is set: no request spans go to %s", settings.otlp_endpoint)
     try:
         model, model_id = load_model(settings)
-    except (ModelSourceError, SettingsError, ManifestError, ProviderError) as e:
+    except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
         log.error("%s", e)
         return 1
     warm_up(model, settings)
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
         "max_client_batch_size=%d listening on %s:%d",
         model_id, model.manifest.task.value, model.provider,
-        getattr(model.precision, "value", model.precision), model.max_input_length,
+        model.precision.value, model.max_input_length,
         settings.max_batch_tokens, settings.max_batch_requests,
         settings.max_concurrent_requests, settings.max_client_batch_size,
         settings.hostname, settings.port,

@@ -1,25 +1,28 @@
-"""The one record path of an inference request, whichever front-end received it.
+"""One answered request's bookkeeping, whichever front-end served it: metrics, span, log line.
 
-`observed` counts the request (te_request_count, te_embed_count ...), awaits its operation,
-and then records the answer (te_*_success and the duration histograms through
-`Metrics.record`), writes its span (`Tracing.record`, when tracing is on) and logs one line.
-A failed request gets its error span here; its `te_request_failure` is counted by the
-front-end's error handler, which also sees errors raised before an operation starts.
+`observed` wraps the awaiting of one serving operation: it counts the request in te_* metrics
+before it runs (TEI counts before validating), then on success records its `Metadata` in the
+duration histograms, writes its span (--otlp-endpoint) and its log line; on failure it writes
+the span with the error and re-raises (the front-end's error handler counts the failure).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Mapping
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tei_serve.metrics import Family, Method
-from tei_serve.serving import Metadata, Serving
+
+if TYPE_CHECKING:
+    from tei_serve.serving import Metadata, Serving
 
 log = logging.getLogger("tei_serve.access")
 
 
 class Measured(Protocol):
+    """A serving result that carries what it cost."""
+
     @property
     def metadata(self) -> Metadata: ...
 
@@ -32,19 +35,17 @@ async def observed(
     work: Awaitable[R],
     *,
     handler: str,
-    verb: str,
     route: str,
-    headers: Mapping[str, str],
+    carrier: Mapping[str, str],
     method: Method,
     family: Family,
     n: int,
 ) -> R:
-    """Count, await, record, trace and log one request of `n` inputs.
+    """Await `work` (one operation over `n` inputs) with its metrics, span and log line.
 
-    `handler` is TEI's name for the operation (its span name: embed, rerank, predict ...);
-    `verb` and `route` what the client called (`POST` `/embed`, `gRPC`
-    `/tei.v1.Embed/EmbedStream`); `headers` the request's headers or gRPC metadata, where a W3C
-    `traceparent` continues the caller's trace.
+    `handler` is TEI's name for what runs (the span's name: `/` runs `embed`, `rerank` ...);
+    `route` is what the caller asked for (the HTTP path or the gRPC method); `carrier` holds
+    the caller's W3C trace context (HTTP headers or gRPC metadata).
     """
     started = serving.clock()
     serving.metrics.received(method, family, n)
@@ -53,33 +54,16 @@ async def observed(
         result = await work
     except Exception as e:
         if tracing is not None:
-            tracing.record(handler, route, headers, None, serving.clock() - started, error=e)
+            tracing.record(handler, route, carrier, None, serving.clock() - started, error=e)
         raise
-    record(serving, result.metadata, handler=handler, verb=verb, route=route, headers=headers,
-           method=method, family=family, n=n)  # fmt: skip
-    return result
-
-
-def record(
-    serving: Serving,
-    meta: Metadata,
-    *,
-    handler: str,
-    verb: str,
-    route: str,
-    headers: Mapping[str, str],
-    method: Method,
-    family: Family,
-    n: int,
-) -> None:
-    """Record one answered request (`observed` does this; streams that answer once for many
-    messages call it with their summed metadata)."""
+    meta = result.metadata
     serving.metrics.record(method, family, n, meta)
-    if serving.tracing is not None:
-        serving.tracing.record(handler, route, headers, meta, meta.total_time_ns / 1e9)
+    if tracing is not None:
+        tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9)
     if log.isEnabledFor(logging.INFO):
         log.info(
-            "%s %s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
-            verb, route, n, meta.compute_tokens, meta.total_time_ns / 1e6, meta.queue_time_ns / 1e6,
+            "%s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
+            route, n, meta.compute_tokens, meta.total_time_ns / 1e6, meta.queue_time_ns / 1e6,
             meta.inference_time_ns / 1e6,
         )  # fmt: skip
+    return result

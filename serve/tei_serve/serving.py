@@ -19,8 +19,8 @@ post-processing (through `tei_runtime.pooling`) happen here, once.
 
 Cancellation: an operation is a coroutine; cancel the task awaiting it when the caller goes
 away (HTTP disconnect, gRPC cancel). The cancellation cancels the operation's queue entries,
-which the batcher drops before packing its next batch and the worker skips if they were
-already taken, and releases the permits: nothing stays queued for a caller that left.
+which the token-budget queue drops before packing its next batch and the worker skips if it
+already took them, and releases the permits: nothing stays queued for a caller that left.
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ import numpy.typing as npt
 
 from tei_runtime import errors as rt_errors
 from tei_runtime import pooling
+from tei_runtime.backend import Output, output_for_task
 from tei_runtime.data import SparseVector, Token
 from tei_runtime.manifest import Task
+from tei_serve.admission import Admission, Tally
 from tei_serve.errors import (
     BatchSizeError,
     EmptyError,
@@ -50,12 +52,11 @@ from tei_serve.errors import (
     ValidationError,
     from_runtime,
 )
-from tei_serve.infer import Infer, Meta
 from tei_serve.metrics import Metrics
-from tei_serve.model import Input, ModelLike
+from tei_serve.model import Input, ServedModel
 from tei_serve.settings import Settings
 from tei_serve.tracing import Tracing, make_tracing
-from tei_serve.worker import Op, Result, Worker, op_for_task
+from tei_serve.worker import Result, Worker
 
 __all__ = (
     "ClassifierModel",
@@ -290,7 +291,7 @@ class Serving:
         self,
         *,
         settings: Settings,
-        model: ModelLike,
+        model: ServedModel,
         model_id: str,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -299,7 +300,7 @@ class Serving:
         self.model_id = model_id
         self.clock = clock
         self.task: Task = model.manifest.task
-        self.op: Op = op_for_task(self.task)
+        self.output: Output = output_for_task(self.task)
         """The forward this model serves."""
         self.metrics = Metrics(model.max_input_length)
         self.worker = Worker(
@@ -310,7 +311,7 @@ class Serving:
             metrics=self.metrics,
             clock=clock,
         )
-        self.infer = Infer(
+        self.admission = Admission(
             model,
             self.worker,
             self.metrics,
@@ -337,7 +338,7 @@ class Serving:
         """Answer every queued entry, then stop the tasks and the tokenizer pool, and flush
         the spans."""
         await self.worker.stop()
-        self.infer.close()
+        self.admission.close()
         if self.tracing is not None:
             self.tracing.shutdown()
 
@@ -345,7 +346,8 @@ class Serving:
         """Return when the model answers; `UnhealthyError` when it does not (a probe runs only
         after a failed batch)."""
         if not self.worker.healthy:
-            await self.worker.probe(self.op)
+            [probe] = await self.offload(lambda: self.model.encode(["health"], truncate=True))
+            await self.worker.probe(probe, self.output)
         if not self.worker.healthy:
             raise UnhealthyError()
 
@@ -355,12 +357,12 @@ class Serving:
 
     async def offload(self, fn: Callable[[], T]) -> T:
         """Run CPU-heavy work (a large response encode) on the tokenizer pool."""
-        return await asyncio.get_running_loop().run_in_executor(self.infer.pool, fn)
+        return await asyncio.get_running_loop().run_in_executor(self.admission.pool, fn)
 
     # -- embeddings -----------------------------------------------------------------------
 
     async def embed(self, q: EmbedQuery) -> Embedded:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         vectors = await self._pooled(
             q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
             prompt_name=q.prompt_name, normalize=q.normalize, dimensions=q.dimensions,
@@ -368,7 +370,7 @@ class Serving:
         return Embedded(vectors=vectors, metadata=self._metadata(meta))
 
     async def openai_embed(self, q: OpenAIQuery) -> OpenAIEmbedded:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if q.model is not None and q.model != self.served_model_name:
             log.warning("request model %r is not the served model %r", q.model,
                         self.served_model_name)  # fmt: skip
@@ -381,7 +383,7 @@ class Serving:
         )
 
     async def similarity(self, q: SimilarityQuery) -> Similarities:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if not q.sentences:
             raise EmptyError("`inputs.sentences` cannot be empty")
         vectors = await self._pooled(
@@ -393,36 +395,27 @@ class Serving:
         return Similarities(scores=[float(c) for c in cosines], metadata=self._metadata(meta))
 
     async def embed_all(self, q: EmbedAllQuery) -> TokenVectors:
-        meta = Meta(start=self.clock())
-        match self.op:
-            case Op.LOGITS:
+        meta = Tally(start=self.clock())
+        match self.output:
+            case Output.LOGITS:
                 raise ModelTypeError("Backend error: Model is not an embedding model")
-            case Op.SPARSE:
+            case Output.SPARSE:
                 raise ModelTypeError("`embed_all` is not available for SPLADE models")
-        self._check_inputs(q.inputs)
-        results = await self._run(
-            q.inputs, Op.TOKENS, meta, truncate=q.truncate, direction=q.truncation_direction,
-            prompt_name=q.prompt_name,
-        )  # fmt: skip
-        return TokenVectors(vectors=[r.value for r in results], metadata=self._metadata(meta))
+        vectors = await self._forward_all(q, Output.TOKENS, meta)
+        return TokenVectors(vectors=vectors, metadata=self._metadata(meta))
 
     async def embed_sparse(self, q: EmbedAllQuery) -> SparseVectors:
-        meta = Meta(start=self.clock())
-        if self.op is not Op.SPARSE:
+        meta = Tally(start=self.clock())
+        if self.output is not Output.SPARSE:
             raise ModelTypeError("Model is not an embedding model with SPLADE pooling")
-        self._check_inputs(q.inputs)
-        results = await self._run(
-            q.inputs, Op.SPARSE, meta, truncate=q.truncate, direction=q.truncation_direction,
-            prompt_name=q.prompt_name,
-        )  # fmt: skip
-        vectors = pooling.to_sparse(_stack([r.value for r in results]))
-        return SparseVectors(vectors=vectors, metadata=self._metadata(meta))
+        dense = _stack(await self._forward_all(q, Output.SPARSE, meta))
+        return SparseVectors(vectors=pooling.to_sparse(dense), metadata=self._metadata(meta))
 
     # -- classifiers and rerankers ----------------------------------------------------------
 
     async def predict(self, q: PredictQuery) -> Predictions:
-        meta = Meta(start=self.clock())
-        if self.op is not Op.LOGITS:
+        meta = Tally(start=self.clock())
+        if self.output is not Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not a classifier model")
         scores = await self._scores(
             q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
@@ -438,7 +431,7 @@ class Serving:
         return Predictions(predictions=predictions, metadata=self._metadata(meta))
 
     async def rerank(self, q: RerankQuery) -> Ranks:
-        meta = Meta(start=self.clock())
+        meta = Tally(start=self.clock())
         if self.task is not Task.RERANK:
             raise ModelTypeError("Backend error: model is not a re-ranker model")
         if not q.texts:
@@ -500,24 +493,34 @@ class Serving:
     async def _run(
         self,
         inputs: Sequence[Input],
-        op: Op,
-        meta: Meta,
+        output: Output,
+        meta: Tally,
         *,
         truncate: bool | None,
         direction: Direction,
         prompt_name: str | None,
         use_prompt: bool = True,
     ) -> list[Result]:
-        return await self.infer.run(
-            inputs, op, meta=meta,
+        return await self.admission.run(
+            inputs, output, meta=meta,
             truncate=self.settings.auto_truncate if truncate is None else truncate,
             truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
         )  # fmt: skip
 
+    async def _forward_all(
+        self, q: EmbedAllQuery, output: Output, meta: Tally
+    ) -> list[FloatArray]:
+        self._check_inputs(q.inputs)
+        results = await self._run(
+            q.inputs, output, meta, truncate=q.truncate, direction=q.truncation_direction,
+            prompt_name=q.prompt_name,
+        )  # fmt: skip
+        return [r.value for r in results]
+
     async def _pooled(
         self,
         inputs: Sequence[TextOrIds],
-        meta: Meta,
+        meta: Tally,
         *,
         truncate: bool | None,
         direction: Direction,
@@ -526,14 +529,14 @@ class Serving:
         dimensions: int | None,
     ) -> FloatArray:
         self._check_inputs(inputs)
-        if self.op is Op.LOGITS:
+        if self.output is Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not an embedding model")
-        if self.op is Op.SPARSE and normalize:
+        if self.output is Output.SPARSE and normalize:
             raise ModelTypeError("`normalize` is not available for SPLADE models")
         if dimensions is not None and dimensions <= 0:
             raise ValidationError("`dimensions` should be positive")
         results = await self._run(
-            inputs, self.op, meta, truncate=truncate, direction=direction,
+            inputs, self.output, meta, truncate=truncate, direction=direction,
             prompt_name=prompt_name,
         )  # fmt: skip
         try:
@@ -545,7 +548,7 @@ class Serving:
     async def _scores(
         self,
         inputs: Sequence[PredictInput],
-        meta: Meta,
+        meta: Tally,
         *,
         truncate: bool | None,
         direction: Direction,
@@ -555,7 +558,7 @@ class Serving:
         """Per input scores: sigmoid for one label, softmax over several, or the logits."""
         self._check_inputs(inputs)
         results = await self._run(
-            inputs, Op.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
+            inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
             use_prompt=False,
         )  # fmt: skip
         logits = _stack([r.value for r in results])
@@ -572,7 +575,7 @@ class Serving:
         except rt_errors.TeiRuntimeError as e:
             raise from_runtime(e) from e
 
-    def _metadata(self, meta: Meta) -> Metadata:
+    def _metadata(self, meta: Tally) -> Metadata:
         return Metadata(
             compute_chars=meta.chars,
             compute_tokens=meta.tokens,
@@ -595,7 +598,7 @@ class Serving:
             case Task.EMBED | Task.SPARSE:
                 pooling_name = m.pooling.value.replace("-", "_") if m.pooling else "cls"
                 model_type = {"embedding": EmbeddingModel(pooling=pooling_name)}
-        precision = str(getattr(self.model.precision, "value", self.model.precision))
+        precision = self.model.precision.value
         return ModelInfo(
             model_id=self.model_id,
             model_sha=s.revision or m.source.commit_sha,

@@ -24,7 +24,7 @@ from fake_model import FakeModel, write_tokenizer
 
 from tei_runtime.manifest import Task
 from tei_serve.cli import uvicorn_config
-from tei_serve.model import ModelLike
+from tei_serve.model import ServedModel
 from tei_serve.serving import Serving
 from tei_serve.settings import Settings
 
@@ -47,7 +47,7 @@ class Running:
         self.thread.join(timeout=30)
 
 
-def start(model: ModelLike, **settings: Any) -> Running:
+def start(model: ServedModel, **settings: Any) -> Running:
     settings.setdefault("hostname", "127.0.0.1")
     settings.setdefault("port", 0)
     settings.setdefault("prometheus_port", 0)

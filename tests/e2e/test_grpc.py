@@ -231,7 +231,7 @@ def test_error_codes(grpc_serve: Callable[..., RunningGrpc], client: Any) -> Non
     # Overloaded -> RESOURCE_EXHAUSTED
     r.serving.model.gate.clear()
     held = embed.Embed.future(pb.EmbedRequest(inputs="a"))
-    _wait(lambda: r.serving.infer.permits.available == 0)
+    _wait(lambda: r.serving.admission.permits.available == 0)
     code, text = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="b")))
     assert (code, text) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "Model is overloaded")
     r.serving.model.gate.set()
@@ -356,7 +356,7 @@ def test_stream_messages_batch_together_and_answer_in_order(
         done.set()
 
     threading.Thread(target=consume, daemon=True).start()
-    _wait(lambda: len(worker.batcher) == len(texts))
+    _wait(lambda: len(worker.queue) == len(texts))
     model.gate.set()
     assert done.wait(30) and blocker.result().embeddings and prefetched.result().embeddings
     assert model.batches == [1, 1, len(texts)]  # the whole stream in one batch
@@ -381,7 +381,7 @@ def test_ten_thousand_messages_in_one_stream(
     model = r.serving.model
     assert sum(model.batches) == 10_000
     assert max(model.batches) > 1  # messages ran together, not one by one
-    assert r.serving.infer.permits.available == 512
+    assert r.serving.admission.permits.available == 512
 
 
 def test_cancelled_stream_leaves_nothing_queued(
@@ -401,11 +401,11 @@ def test_cancelled_stream_leaves_nothing_queued(
 
     call = stubs.EmbedStub(r.channel).EmbedStream(requests())
     worker = r.serving.worker
-    _wait(lambda: len(worker.batcher) + len(worker._slot or []) >= 19)
+    _wait(lambda: len(worker.queue) + len(worker._slot or []) >= 19)
     call.cancel()
-    _wait(lambda: r.serving.infer.permits.available == 512)  # every message's permit is back
+    _wait(lambda: r.serving.admission.permits.available == 512)  # every message's permit is back
     model.gate.set()
-    _wait(lambda: len(worker.batcher) == 0)
+    _wait(lambda: len(worker.queue) == 0)
     assert sum(model.batches) <= 1  # at most the batch already at the gate ran
     assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
 

@@ -89,12 +89,12 @@ def test_cancelled_caller_leaves_nothing_queued(tokenizer_json: Path) -> None:
             await asyncio.to_thread(model.running.wait)  # its batch is in the model
             leaver = asyncio.create_task(serving.embed(EmbedQuery(inputs=["a", "b", "cat"])))
             worker = serving.worker
-            while len(worker.batcher) + len(worker._slot or []) != 3:  # the leaver is queued
+            while len(worker.queue) + len(worker._slot or []) != 3:  # the leaver is queued
                 await asyncio.sleep(0)
             leaver.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await leaver
-            assert serving.infer.permits.available == 6  # its permits are back at once
+            assert serving.admission.permits.available == 6  # its permits are back at once
             model.gate.set()
             await held
         finally:

@@ -99,6 +99,12 @@ def predict_input(inputs: list[str]) -> PredictInput:
 
 
 @dataclass(frozen=True)
+class _Ranked:
+    ranks: list[pb.Rank]
+    metadata: Metadata
+
+
+@dataclass(frozen=True)
 class Call:
     """One call's context and the route it called (`/tei.v1.Embed/EmbedStream`)."""
 
@@ -137,8 +143,8 @@ class TeiServices:
         method: Method = "single",
     ) -> Awaitable[observe.R]:
         return observe.observed(
-            self.serving, work, handler=handler, verb="gRPC", route=call.route,
-            headers=call.headers(), method=method, family=family, n=n,
+            self.serving, work, handler=handler, route=call.route, carrier=call.headers(),
+            method=method, family=family, n=n,
         )  # fmt: skip
 
     async def streamed(
@@ -237,43 +243,42 @@ class TeiServices:
     async def rerank_stream(
         self, requests: AsyncIterator[pb.RerankStreamRequest], context: Context
     ) -> pb.RerankResponse:
-        call = Call(context, "/tei.v1.Rerank/RerankStream")
         """One (query, text) pair per message, ranked together once the client is done;
         `raw_scores` and `return_text` are read from the first message, as TEI does."""
         serving = self.serving
-        started = serving.clock()
-        headers = call.headers()
-        serving.metrics.received("batch", "predict", 0)
+        call = Call(context, "/tei.v1.Rerank/RerankStream")
         first: list[pb.RerankStreamRequest] = []
 
         async def score(m: pb.RerankStreamRequest) -> tuple[float, str, Metadata]:
-            if not first:
+            if not first:  # answers start in message order: this is message 0
                 first.append(m)
             q = RerankQuery(query=m.query, texts=[m.text], truncate=m.truncate,
                             truncation_direction=direction(m.truncation_direction),
                             raw_scores=first[0].raw_scores)  # fmt: skip
             r = await serving.rerank(q)
-            serving.metrics.inc("te_predict_count")
             return r.ranks[0].score, m.text, r.metadata
 
-        try:
+        async def rank_all() -> _Ranked:
+            started = serving.clock()
             scored = [s async for s in answer_in_order(requests, score, window=self.window)]
             if not scored:
                 raise ValidationError("`texts` cannot be empty")
+            return_text = first[0].return_text
+            ranks = [pb.Rank(index=i, score=s, text=text if return_text else None)
+                     for i, (s, text, _) in enumerate(scored)]  # fmt: skip
+            ranks.sort(key=lambda k: k.score, reverse=True)
+            meta = _summed([m for _, _, m in scored], serving.clock() - started)
+            return _Ranked(ranks=ranks, metadata=meta)
+
+        try:
+            # the number of pairs is known only at the stream's end: counted in then
+            r = await self.observed(call, rank_all(), handler="rerank", family="predict", n=0,
+                                    method="batch")  # fmt: skip
         except TeiError as e:
-            if serving.tracing is not None:
-                serving.tracing.record("rerank", call.route, headers, None,
-                                       serving.clock() - started, error=e)  # fmt: skip
             await self.fail(context, e)
-        return_text = first[0].return_text
-        ranks = [pb.Rank(index=i, score=s, text=text if return_text else None)
-                 for i, (s, text, _) in enumerate(scored)]  # fmt: skip
-        ranks.sort(key=lambda k: k.score, reverse=True)
-        meta = _summed([m for _, _, m in scored], serving.clock() - started)
-        observe.record(serving, meta, handler="rerank", verb="gRPC", route=call.route,
-                       headers=headers, method="batch", family="predict",
-                       n=len(scored))  # fmt: skip
-        return pb.RerankResponse(ranks=ranks, metadata=metadata_message(meta))
+        serving.metrics.inc("te_predict_count", by=len(r.ranks))
+        serving.metrics.inc("te_predict_success", by=len(r.ranks))
+        return pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
 
     # -- Tokenize ---------------------------------------------------------------------------
 

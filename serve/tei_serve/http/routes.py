@@ -1,8 +1,9 @@
 """TEI's HTTP routes as thin adapters: decode the body, call `Serving`, encode, add headers.
 
 `build_routes(serving)` returns the handlers. Protected routes carry the API-key guard;
-/health, /ping, GET /, /metrics and the docs do not. `observed` is the one place that counts,
-traces and logs a request and cancels its operation when the client leaves.
+/health, /ping, GET /, /metrics and the docs do not. `observe` runs an operation under
+`tei_serve.observe.observed` (metrics, span, log line; shared with any other front-end) and
+cancels it when the client leaves.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from importlib import resources
 from typing import Any, TypeVar, assert_never
 
@@ -20,7 +21,6 @@ from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
-from tei_serve import observe
 from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
 from tei_serve.http.protocol import (
     ENCODER,
@@ -43,6 +43,7 @@ from tei_serve.http.protocol import (
     parse_predict_inputs,
 )
 from tei_serve.metrics import CONTENT_TYPE, Family, Method
+from tei_serve.observe import R, observed
 from tei_serve.serving import (
     DecodeQuery,
     EmbedAllQuery,
@@ -126,9 +127,6 @@ def timing_headers(meta: Metadata, compute_type: str) -> dict[str, str]:
     }
 
 
-R = TypeVar("R", bound=observe.Measured)
-
-
 def _method(batch: bool) -> Method:
     return "batch" if batch else "single"
 
@@ -151,19 +149,14 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
         headers = timing_headers(meta, compute_type) if meta is not None else None
         return Response(content=content, status_code=200, media_type=JSON, headers=headers)
 
-    async def observed(
-        request: AnyRequest,
-        handler: str,
-        method: Method,
-        family: Family,
-        n: int,
+    def observe(
+        request: AnyRequest, handler: str, method: Method, family: Family, n: int,
         work: Coroutine[Any, Any, R],
-    ) -> R:
-        """Count, trace and log one inference request (the core's one record path); cancel it
-        if the client leaves. `handler` is TEI's name for what runs (`/` runs `embed` ...)."""
-        return await observe.observed(
-            serving, until_disconnect(request, work), handler=handler, verb=request.method,
-            route=request.url.path, headers=request.headers, method=method, family=family, n=n,
+    ) -> Awaitable[R]:
+        """`work` cancelled if the client leaves, under the request's metrics, span and log."""
+        return observed(
+            serving, until_disconnect(request, work), handler=handler, route=request.url.path,
+            carrier=request.headers, method=method, family=family, n=n,
         )  # fmt: skip
 
     # -- one function per operation, shared by its route and `/` ------------------------------
@@ -176,7 +169,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
             truncation_direction=direction_of(req.truncation_direction),
             normalize=req.normalize, dimensions=req.dimensions,
         )  # fmt: skip
-        r = await observed(request, "embed", _method(batch), "embed", len(inputs), serving.embed(q))
+        r = await observe(request, "embed", _method(batch), "embed", len(inputs), serving.embed(q))
         return respond(ENCODER.encode(r.vectors.tolist()), r.metadata)
 
     def embed_all_query(req: EmbedAllRequest) -> tuple[EmbedAllQuery, bool]:
@@ -189,7 +182,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     async def run_embed_sparse(request: AnyRequest, body: bytes) -> Response[bytes]:
         q, batch = embed_all_query(decode(body, EmbedAllRequest))
-        r = await observed(request, "embed_sparse", _method(batch), "embed", len(q.inputs),
+        r = await observe(request, "embed_sparse", _method(batch), "embed", len(q.inputs),
                            serving.embed_sparse(q))  # fmt: skip
         out = [[SparseValue(index=i, value=v) for i, v in zip(s.indices, s.values, strict=True)]
                for s in r.vectors]  # fmt: skip
@@ -204,7 +197,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
             truncation_direction=direction_of(p.truncation_direction) if p else "right",
         )  # fmt: skip
         n = 1 + len(q.sentences)
-        r = await observed(request, "similarity", "batch", "embed", n, serving.similarity(q))
+        r = await observe(request, "similarity", "batch", "embed", n, serving.similarity(q))
         return respond(ENCODER.encode(r.scores), r.metadata)
 
     async def run_predict(request: AnyRequest, body: bytes) -> Response[bytes]:
@@ -214,7 +207,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
             inputs=inputs, truncate=req.truncate, raw_scores=req.raw_scores,
             truncation_direction=direction_of(req.truncation_direction),
         )  # fmt: skip
-        r = await observed(request, "predict", _method(batch), "predict", len(inputs),
+        r = await observe(request, "predict", _method(batch), "predict", len(inputs),
                            serving.predict(q))  # fmt: skip
         return respond(ENCODER.encode(r.predictions if batch else r.predictions[0]), r.metadata)
 
@@ -225,7 +218,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
             truncation_direction=direction_of(req.truncation_direction),
             return_text=req.return_text,
         )  # fmt: skip
-        r = await observed(request, "rerank", "batch", "predict", len(req.texts),
+        r = await observe(request, "rerank", "batch", "predict", len(req.texts),
                            serving.rerank(q))  # fmt: skip
         return respond(ENCODER.encode(r.ranks), r.metadata)
 
@@ -238,7 +231,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     @post("/embed_all", guards=guards)
     async def embed_all(request: AnyRequest) -> Response[bytes]:
         q, batch = embed_all_query(decode(await read_body(request), EmbedAllRequest))
-        r = await observed(request, "embed_all", _method(batch), "embed", len(q.inputs),
+        r = await observe(request, "embed_all", _method(batch), "embed", len(q.inputs),
                            serving.embed_all(q))  # fmt: skip
         content = await serving.offload(lambda: ENCODER.encode([v.tolist() for v in r.vectors]))
         return respond(content, r.metadata)
@@ -252,7 +245,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
         req = decode(await read_body(request), OpenAIRequest)
         inputs, batch = parse_inputs(req.input, field="input")
         q = OpenAIQuery(inputs=inputs, model=req.model, dimensions=req.dimensions)
-        r = await observed(request, "openai_embed", _method(batch), "embed", len(inputs),
+        r = await observe(request, "openai_embed", _method(batch), "embed", len(inputs),
                            serving.openai_embed(q))  # fmt: skip
         base64_out = req.encoding_format == "base64"
         data = [
