@@ -427,3 +427,37 @@ def test_metrics_are_counted_like_http_and_served_on_the_prometheus_port(
     assert 'te_request_success{method="single"} 3' in text
     assert 'te_request_failure{err="validation"} 1' in text
     assert "te_embed_success 3" in text and "te_embed_duration_count 3.0" in text
+
+
+def test_spans_like_http_with_the_callers_trace(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    from concurrent import futures
+
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+    from test_tracing import PARENT_ID, TRACE_ID, Collector
+
+    pb, stubs = client
+    collector = Collector()
+    sink = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, sink)
+    sink_port = sink.add_insecure_port("127.0.0.1:0")
+    sink.start()
+    try:
+        r = grpc_serve(Task.EMBED, otlp_endpoint=f"http://127.0.0.1:{sink_port}")
+        traceparent = [("traceparent", f"00-{TRACE_ID}-{PARENT_ID}-01")]
+        stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="hello"), metadata=traceparent)
+        list(stubs.EmbedStub(r.channel).EmbedStream(iter([pb.EmbedRequest(inputs="a")])))
+        _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="")))
+        r.stop()  # flushes the spans
+    finally:
+        sink.stop(grace=None)
+    spans = [s for _, s in collector.spans() if s.name == "embed"]
+    routes = sorted({a.key: a.value for a in s.attributes}["http.route"].string_value
+                    for s in spans)  # fmt: skip
+    assert routes == ["/tei.v1.Embed/Embed", "/tei.v1.Embed/Embed", "/tei.v1.Embed/EmbedStream"]
+    ours = [s for s in spans if s.trace_id.hex() == TRACE_ID]
+    assert len(ours) == 1 and ours[0].parent_span_id.hex() == PARENT_ID
+    assert sum(1 for s in spans if s.status.code == 2) == 1  # the empty input: an error span
+    children = {s.name for _, s in collector.spans() if s.parent_span_id == ours[0].span_id}
+    assert children == {"tokenize", "queue", "inference"}
