@@ -151,3 +151,31 @@ def test_window_must_be_positive() -> None:
             await anext(answer_in_order(_requests(1), answer, window=0))
 
     asyncio.run(main())
+
+
+def test_stream_window_is_teis_env_capped_by_the_permits() -> None:
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from tei_serve.grpc.services import stream_window
+    from tei_serve.settings import Settings
+
+    def serving(permits: int) -> Any:
+        return cast(Any, SimpleNamespace(settings=Settings(max_concurrent_requests=permits)))
+
+    assert stream_window(serving(512), env={}) == 512
+    assert stream_window(serving(4096), env={}) == 1024  # TEI's default
+    assert stream_window(serving(4096), env={"GRPC_MAX_PARALLEL_STREAM_REQUESTS": "64"}) == 64
+    assert stream_window(serving(8), env={"GRPC_MAX_PARALLEL_STREAM_REQUESTS": "64"}) == 8
+    assert stream_window(serving(4096), env={"GRPC_MAX_PARALLEL_STREAM_REQUESTS": "0"}) == 1024
+
+
+def test_predict_pair_inputs() -> None:
+    from tei_serve.errors import ValidationError
+    from tei_serve.grpc.services import predict_input
+
+    assert predict_input(["a"]) == "a"
+    assert predict_input(["q", "p"]) == ("q", "p")
+    for bad in ([], ["a", "b", "c"]):
+        with pytest.raises(ValidationError, match="single or two elements"):
+            predict_input(bad)
