@@ -461,3 +461,27 @@ def test_spans_like_http_with_the_callers_trace(
     assert sum(1 for s in spans if s.status.code == 2) == 1  # the empty input: an error span
     children = {s.name for _, s in collector.spans() if s.parent_span_id == ours[0].span_id}
     assert children == {"tokenize", "queue", "inference"}
+
+
+def test_graceful_stop_answers_the_calls_in_flight(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    import asyncio
+
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    model = r.serving.model
+    model.gate.clear()
+    embed = stubs.EmbedStub(r.channel)
+    in_flight = embed.Embed.future(pb.EmbedRequest(inputs="hello world"))
+    _wait(model.running.is_set)
+    stopping = asyncio.run_coroutine_threadsafe(r.front.stop(grace=30), r.loop)
+    _wait(lambda: r.front.health._gracefully_shutting_down)
+    assert not stopping.done()  # stop waits for the call the model holds
+    model.gate.set()
+    assert len(in_flight.result(timeout=30).embeddings) == 16  # answered, not cancelled
+    stopping.result(timeout=30)
+    r.stopped = True
+    r.channel.close()
+    r.loop.call_soon_threadsafe(r.loop.stop)
+    r.thread.join(timeout=30)

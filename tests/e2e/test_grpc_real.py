@@ -1,6 +1,6 @@
 """gRPC against its HTTP twin on real exported artifacts (all-MiniLM-L6-v2, tiny reranker,
 classifier, SPLADE), and `tei-serve --grpc` as a real process answering a client generated
-from TEI's proto, stopped by SIGTERM with a stream in flight."""
+from TEI's proto, then stopped by SIGTERM (exit 0)."""
 
 from __future__ import annotations
 
