@@ -34,6 +34,14 @@ test *args: lint
     "{{bin}}/pytest" -m "not slow" {{args}}
     "{{bin}}/pytest" -m slow {{args}}
 
+# Regenerate the committed gRPC stubs (serve/tei_serve/grpc/tei_pb2*) from TEI's tei.proto.
+protos: setup
+    cd serve/tei_serve/grpc && "{{bin}}/python" -m grpc_tools.protoc -I . --python_out=. \
+        --pyi_out=. --grpc_python_out=. tei.proto
+    # protoc writes a top-level import; the stubs live in the tei_serve.grpc package.
+    sed -i 's/^import tei_pb2 as tei__pb2$/from tei_serve.grpc import tei_pb2 as tei__pb2/' \
+        serve/tei_serve/grpc/tei_pb2_grpc.py
+
 # Only the fast suite.
 test-fast *args: setup
     "{{bin}}/pytest" -m "not slow" {{args}}

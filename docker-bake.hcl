@@ -1,5 +1,6 @@
 // tei-onnx images: one Dockerfile (docker/Dockerfile), one target per hardware.
 //   docker buildx bake                 # the serving images (group "default")
+//   docker buildx bake grpc            # the same images serving TEI's gRPC API (tei-serve --grpc)
 //   docker buildx bake export          # torch + the exporter
 //   VERSION=0.2.0 REGISTRY=ghcr.io/me docker buildx bake cuda
 // Serving targets differ only in build args: the base image and the onnxruntime build
@@ -15,6 +16,10 @@ variable "REGISTRY" {
 
 group "default" {
   targets = ["cpu", "cuda", "tensorrt", "rocm", "openvino"]
+}
+
+group "grpc" {
+  targets = ["cpu-grpc", "cuda-grpc", "tensorrt-grpc", "rocm-grpc", "openvino-grpc"]
 }
 
 target "_common" {
@@ -88,6 +93,47 @@ target "openvino" {
   }
   labels = { "ai.tei-onnx.target" = "openvino", "org.opencontainers.image.version" = VERSION }
   tags   = ["${REGISTRY}:${VERSION}-openvino"]
+}
+
+// One -grpc target per hardware: its serving target's build, stage serve-grpc on top.
+target "cpu-grpc" {
+  inherits = ["cpu"]
+  target   = "serve-grpc"
+  args     = { TARGET = "cpu-grpc" }
+  labels   = { "ai.tei-onnx.target" = "cpu-grpc" }
+  tags     = ["${REGISTRY}:${VERSION}-cpu-grpc"]
+}
+
+target "cuda-grpc" {
+  inherits = ["cuda"]
+  target   = "serve-grpc"
+  args     = { TARGET = "cuda-grpc" }
+  labels   = { "ai.tei-onnx.target" = "cuda-grpc" }
+  tags     = ["${REGISTRY}:${VERSION}-cuda-grpc"]
+}
+
+target "tensorrt-grpc" {
+  inherits = ["tensorrt"]
+  target   = "serve-grpc"
+  args     = { TARGET = "tensorrt-grpc" }
+  labels   = { "ai.tei-onnx.target" = "tensorrt-grpc" }
+  tags     = ["${REGISTRY}:${VERSION}-tensorrt-grpc"]
+}
+
+target "rocm-grpc" {
+  inherits = ["rocm"]
+  target   = "serve-grpc"
+  args     = { TARGET = "rocm-grpc" }
+  labels   = { "ai.tei-onnx.target" = "rocm-grpc" }
+  tags     = ["${REGISTRY}:${VERSION}-rocm-grpc"]
+}
+
+target "openvino-grpc" {
+  inherits = ["openvino"]
+  target   = "serve-grpc"
+  args     = { TARGET = "openvino-grpc" }
+  labels   = { "ai.tei-onnx.target" = "openvino-grpc" }
+  tags     = ["${REGISTRY}:${VERSION}-openvino-grpc"]
 }
 
 target "export" {

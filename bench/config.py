@@ -13,14 +13,20 @@ _SHORT = {v: k for k, v in _DTYPES.items()}
 
 
 def engines(dtypes: list[str]) -> list[str]:
-    """In run order: the baseline first, then ours in-process, ours over HTTP, infinity."""
+    """In run order: the baseline first, then ours in-process, ours over HTTP and gRPC
+    (EmbedStream), infinity."""
     ours = [_SHORT[d] for d in dtypes]
     return (
         ["st"]
         + [f"runtime-{p}" for p in ours]
         + [f"serve-{p}" for p in ours]
+        + [f"serve-grpc-{p}" for p in ours]
         + ["infinity-optimum", "infinity-torch"]
     )
+
+
+def is_grpc(engine: str) -> bool:
+    return engine.startswith("serve-grpc-")
 
 
 def dtype_of(engine: str) -> str:

@@ -43,14 +43,20 @@ class Client:
     def post(self, texts: list[str]) -> object:
         body = msgspec.json.encode(self.shape(texts))
         headers = {"Content-Type": "application/json"}
+        reused = getattr(self._local, "conn", None) is not None
         conn = self._conn()
         try:
             conn.request("POST", self.path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as e:
             self._local.conn = None  # a dropped keep-alive connection: the next call redials
             conn.close()
+            # The server closed an idle keep-alive connection (uvicorn's 5 s timeout, e.g.
+            # between the timed cells and the vectors pass): /embed is idempotent, redial once.
+            if reused and isinstance(e, (BrokenPipeError, ConnectionResetError,
+                                         http.client.RemoteDisconnected)):  # fmt: skip
+                return self.post(texts)
             raise
         if resp.status != 200:
             raise HttpError(f"{resp.status} from {self.path}: {data[:300]!r}")
@@ -79,7 +85,7 @@ def openai_client(port: int, model: str) -> Client:
     )
 
 
-def vectors(client: Client, out: object) -> list[list[float]]:
-    if client.path == "/embed":
+def vectors(client: object, out: object) -> list[list[float]]:
+    if getattr(client, "path", "") in ("/embed", "/tei.v1.Embed/EmbedStream"):
         return out  # type: ignore[return-value]
     return [d["embedding"] for d in out["data"]]  # type: ignore[index]

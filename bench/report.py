@@ -146,6 +146,11 @@ def targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
     for p in ("fp32", "int8"):
         check(f"serve-{p} >= 90% of runtime-{p} (mixed, b{big}, c{conc})",
               tput(f"serve-{p}"), tput(f"runtime-{p}"), 0.9, False)  # fmt: skip
+    for p in ("fp32", "int8"):  # informational: the same server over gRPC and over HTTP
+        grpc_s, http_s = tput(f"serve-grpc-{p}"), tput(f"serve-{p}")
+        if grpc_s is not None and http_s:
+            out.append((f"serve-grpc-{p} EmbedStream vs serve-{p} /embed (mixed, b{big}, "
+                        f"c{conc})", f"{grpc_s / http_s:.2f}x", "info"))  # fmt: skip
     st1 = table.get(("st", "short", 1, 1))
     for e in ("runtime-fp32", "serve-fp32", "serve-int8"):
         r1 = table.get((e, "short", 1, 1))

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from bench import report, servers
-from bench.config import FULL, QUICK, TARGET_TOKENS, Sizes, engines, is_http
+from bench.config import FULL, QUICK, TARGET_TOKENS, Sizes, engines, is_grpc, is_http
 from bench.flops import measure_peak, model_shape
 from bench.http_client import HttpError, vectors
 from bench.inproc import Job
@@ -148,6 +148,8 @@ def _cells(engine: str, sizes: Sizes, pools: dict[str, Pool]) -> list[tuple[str,
     concs = sizes.concurrencies if is_http(engine) else (1,)
     out = []
     for length, pool in pools.items():
+        if is_grpc(engine) and length != "mixed":
+            continue  # the gRPC row: EmbedStream on the mixed texts beside HTTP's /embed
         mean = sum(pool.tokens) / len(pool.tokens)
         for batch in sizes.batches:
             for c in concs:

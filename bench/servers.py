@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.config import dtype_of
+from bench.grpc_client import GrpcClient, GrpcUnavailableError
 from bench.http_client import Client, openai_client, tei_client
 from bench.procs import clean_env, peak_rss_mb
 
@@ -33,7 +34,7 @@ class EngineUnavailableError(RuntimeError):
 class Server:
     engine: str
     proc: subprocess.Popen[bytes]
-    client: Client
+    client: Client | GrpcClient
     log: Path
     cold_start_s: float
 
@@ -104,11 +105,14 @@ def infinity_model_dir(checkpoint: Path, cache: Path) -> Path:
 
 def _command(
     engine: str, port: int, artifact: Path, infinity_dir: Path | None, cache: Path, device: str
-) -> tuple[list[str], Path, dict[str, str], Client]:
+) -> tuple[list[str], Path, dict[str, str], Client | GrpcClient]:
     if engine.startswith("serve-"):
         argv = [str(REPO / ".venv" / "bin" / "tei-serve"), "--model-id", str(artifact),
                 "--dtype", dtype_of(engine), "--device", device, "--hostname", "127.0.0.1",
-                "--port", str(port), "--log-level", "warning"]  # fmt: skip
+                "--port", str(port), "--prometheus-port", "0",
+                "--log-level", "warning"]  # fmt: skip
+        if engine.startswith("serve-grpc-"):  # EmbedStream instead of POST /embed
+            return [*argv, "--grpc"], REPO, clean_env(), GrpcClient(port)
         return argv, REPO, clean_env(), tei_client(port)
     if infinity_dir is None:
         raise EngineUnavailableError("no infinity model folder")
@@ -135,13 +139,16 @@ def start(
     t0 = time.monotonic()
     with log.open("wb") as fh:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    probe = Client(port, client.path, client.shape, client.count, timeout=30.0)
+    probe = (GrpcClient(port, timeout=30.0) if isinstance(client, GrpcClient)
+             else Client(port, client.path, client.shape, client.count, timeout=30.0))  # fmt: skip
     while True:
         try:
             probe.post(["cold start"])
             break
-        except OSError:
-            pass  # not listening yet
+        except (OSError, GrpcUnavailableError):
+            # Not listening yet. A fresh channel each time: gRPC's own reconnect backoff
+            # (1 s and growing) would otherwise be timed as cold start.
+            probe.close()
         if proc.poll() is not None:
             raise EngineUnavailableError(f"{engine} exited {proc.returncode}:\n{_tail(log)}")
         if time.monotonic() - t0 > timeout:

@@ -6,25 +6,29 @@ Usage: `model = tei_runtime.load("artifacts/all-MiniLM-L6-v2")`, then
 
 from __future__ import annotations
 
+from tei_runtime.backend import Backend, Output
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import (
     BackendError,
     InputTooLongError,
+    ManifestError,
     ProviderError,
     TeiRuntimeError,
     TokenizerError,
     ValidationError,
 )
 from tei_runtime.loader import load
-from tei_runtime.manifest import ManifestError, Pooling, Precision, Task
+from tei_runtime.manifest import Pooling, Precision, Task
 from tei_runtime.model import Model
 
 __all__ = [
+    "Backend",
     "BackendError",
     "Encoding",
     "InputTooLongError",
     "ManifestError",
     "Model",
+    "Output",
     "Pooling",
     "Precision",
     "ProviderError",

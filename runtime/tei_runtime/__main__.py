@@ -16,7 +16,6 @@ from tei_runtime.artifact import open_artifact
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.host import probe
 from tei_runtime.loader import plan
-from tei_runtime.manifest import ManifestError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_batch_tokens=args.max_batch_tokens,
                 cache_dir=args.cache_dir,
             )
-        except (ManifestError, TeiRuntimeError) as e:
+        except TeiRuntimeError as e:
             report["error"] = str(e)
             sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
             return 1

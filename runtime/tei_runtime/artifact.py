@@ -7,7 +7,8 @@ from pathlib import Path
 import msgspec
 
 from tei_runtime.checksum import sha256_file
-from tei_runtime.manifest import Manifest, ManifestError, Variant, read_manifest
+from tei_runtime.errors import ManifestError
+from tei_runtime.manifest import Manifest, Variant, read_manifest
 
 TOKENIZER_JSON = "tokenizer.json"
 

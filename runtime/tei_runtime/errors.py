@@ -4,6 +4,7 @@
 error: ", tokenizer ones with "Tokenizer error: " ...), so a server can put it in the
 `error` field unchanged; `detail` is the message without the prefix. `error_type` is TEI's
 error_type name, a hint for the server's mapping to HTTP statuses (it owns that mapping).
+Every command-line tool over the runtime catches `TeiRuntimeError` and prints one line.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ class TeiRuntimeError(RuntimeError):
     @property
     def message(self) -> str:
         return str(self)
+
+
+class ManifestError(TeiRuntimeError):
+    """The artifact is missing, malformed, of an unknown schema version, or fails a checksum."""
 
 
 class ValidationError(TeiRuntimeError):

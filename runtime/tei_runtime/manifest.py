@@ -11,6 +11,8 @@ from pathlib import Path
 
 import msgspec
 
+from tei_runtime.errors import ManifestError
+
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
@@ -33,10 +35,6 @@ class Precision(enum.StrEnum):
     FP32 = "fp32"
     FP16 = "fp16"
     INT8 = "int8"
-
-
-class ManifestError(Exception):
-    """The artifact is missing, malformed, of an unknown schema version, or fails a checksum."""
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -1,20 +1,22 @@
-"""Model: tokenization, one-batch forwards for the server, and batching calls for Python users."""
+"""Model: tokenization, one-batch forwards (the `Backend` protocol), and batching calls for
+Python users."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, assert_never
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from tei_runtime import pooling
-from tei_runtime.batching import Packing, run_packed
+from tei_runtime.backend import Output
 from tei_runtime.data import Encoding, SparseVector, Token
-from tei_runtime.errors import ValidationError
-from tei_runtime.manifest import Manifest, ManifestError, Pooling, Precision, Task, Variant
+from tei_runtime.errors import ManifestError, ValidationError
+from tei_runtime.manifest import Manifest, Pooling, Precision, Task, Variant
+from tei_runtime.packing import Packing, run_packed
 from tei_runtime.providers import TRT_MAX_BATCH, Device, ProviderChoice
 from tei_runtime.session import OrtBackend
 from tei_runtime.tokenization import Direction, Input, TextInput, Tokenizer
@@ -199,6 +201,20 @@ class Model:
         if output == SPARSE_EMBEDDING:
             return f"this model has no sparse (SPLADE) output (task {task})"
         return f"this model gives no embeddings (task {task}); use predict"
+
+    def forward(self, batch: Sequence[Encoding], output: Output) -> Sequence[FloatArray]:
+        """One padded forward (the `Backend` protocol): a row per encoding, in order."""
+        match output:
+            case Output.EMBEDDING:
+                return list(self.forward_embed(batch))
+            case Output.TOKENS:
+                return self.forward_tokens(batch)
+            case Output.SPARSE:
+                return list(self.forward_sparse(batch))
+            case Output.LOGITS:
+                return list(self.forward_logits(batch))
+            case _:
+                assert_never(output)
 
     def forward_embed(self, batch: Sequence[Encoding]) -> FloatArray:
         """[n, dim] pooled embeddings as the manifest says, not normalised."""

@@ -75,6 +75,13 @@ def truncate_dimensions(vectors: FloatArray, dimensions: int | None) -> FloatArr
     return np.ascontiguousarray(vectors[..., :dimensions])
 
 
+def cosine_similarity(source: FloatArray, others: FloatArray) -> FloatArray:
+    """Cosine of `source` [dim] with each row of `others` [n, dim]; 0 against a zero vector."""
+    unit_source = normalize(source[None, :].astype(np.float32, copy=False))[0]
+    cosines: FloatArray = normalize(others.astype(np.float32, copy=False)) @ unit_source
+    return cosines
+
+
 def sigmoid(logits: FloatArray) -> FloatArray:
     # Split by sign so that exp never overflows.
     out = np.empty_like(logits, dtype=np.float32)

@@ -1,4 +1,5 @@
-"""`tei-serve`: parse settings, resolve and load the model, warm it up, serve with uvicorn.
+"""`tei-serve`: parse settings, resolve and load the model, warm it up, serve with uvicorn
+(or, with --grpc, TEI's gRPC API on grpc.aio: tei_serve.grpc.server).
 
 uvicorn owns SIGTERM/SIGINT: it stops accepting, waits for every accepted request to be
 answered, then runs the app's shutdown (which drains the batch queue), and `main` exits 0.
@@ -6,6 +7,7 @@ answered, then runs the app's shutdown (which drains the batch queue), and `main
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import signal
@@ -15,14 +17,17 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from tei_runtime.batching import pack
-from tei_runtime.errors import ProviderError
-from tei_runtime.manifest import ManifestError, Task
-from tei_serve.app import Server, build_app
-from tei_serve.model import ModelLike
+from tei_runtime.backend import output_for_task
+from tei_runtime.errors import TeiRuntimeError
+from tei_runtime.model import Model
+from tei_runtime.packing import length_sorted_groups
+from tei_serve.http.app import build_app
+from tei_serve.metrics_port import MetricsPortError
+from tei_serve.model import ServedModel
 from tei_serve.model_source import ModelSourceError, resolve
+from tei_serve.serving import Serving
 from tei_serve.settings import Settings, SettingsError, load_settings
-from tei_serve.worker import Op, forward_in_pieces
+from tei_serve.worker import forward_in_pieces
 
 log = logging.getLogger("tei_serve")
 
@@ -66,7 +71,7 @@ def check_limits(settings: Settings, model_max_length: int) -> None:
     )
 
 
-def load_model(settings: Settings) -> tuple[ModelLike, str]:
+def load_model(settings: Settings) -> tuple[Model, str]:
     import tei_runtime
 
     artifact, model_id = resolve(
@@ -79,7 +84,7 @@ def load_model(settings: Settings) -> tuple[ModelLike, str]:
     from tei_runtime.manifest import read_manifest
 
     check_limits(settings, read_manifest(artifact).max_input_length)
-    model: ModelLike = tei_runtime.load(
+    model = tei_runtime.load(
         artifact,
         device=settings.device,
         dtype=settings.dtype or "auto",
@@ -90,7 +95,7 @@ def load_model(settings: Settings) -> tuple[ModelLike, str]:
     return model, model_id
 
 
-def warm_up(model: ModelLike, settings: Settings) -> None:
+def warm_up(model: ServedModel, settings: Settings) -> None:
     """Run the largest piece a full batch is cut into (TEI runs the full batch itself).
 
     A full batch is max_batch_tokens split into max_input_length sequences; the worker runs
@@ -103,17 +108,14 @@ def warm_up(model: ModelLike, settings: Settings) -> None:
     if settings.max_batch_requests is not None:
         count = min(count, settings.max_batch_requests)
     [one] = model.encode(["warm up " * length], truncate=True)
-    pieces = pack([len(one)] * count, model.packing)
-    task = model.manifest.task
-    op = (Op.LOGITS if task in (Task.CLASSIFY, Task.RERANK)
-          else Op.SPARSE if task is Task.SPARSE else Op.EMBED)
-    forward_in_pieces(model, op, [one] * len(pieces[0]))
+    pieces = length_sorted_groups([len(one)] * count, model.packing)
+    forward_in_pieces(model, output_for_task(model.manifest.task), [one] * len(pieces[0]))
 
 
-def uvicorn_config(server: Server) -> uvicorn.Config:
-    s = server.settings
+def uvicorn_config(serving: Serving) -> uvicorn.Config:
+    s = serving.settings
     return uvicorn.Config(
-        build_app(server),
+        build_app(serving),
         host=s.hostname,
         port=s.port,
         log_config=None,
@@ -128,19 +130,33 @@ def uvicorn_config(server: Server) -> uvicorn.Config:
     )
 
 
-def serve(server: Server) -> bool:
+def serve(serving: Serving) -> bool:
     """Serve until SIGTERM/SIGINT; False when the server could not start.
 
     uvicorn re-raises the signal it caught once it has shut down gracefully, to the handler
     that was there before it; that handler is a no-op here, so the process exits 0 as TEI's
     does after a graceful shutdown.
     """
-    uv = uvicorn.Server(uvicorn_config(server))
+    uv = uvicorn.Server(uvicorn_config(serving))
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _after_shutdown)
     uv.run()
     return bool(uv.started)
+
+
+def serve_grpc(serving: Serving) -> bool:
+    """`--grpc`: serve TEI's gRPC API until SIGTERM/SIGINT, then stop gracefully (calls in
+    flight finish, the queue drains); False when the server could not start."""
+    from tei_serve.grpc.server import GrpcStartError
+    from tei_serve.grpc.server import serve_grpc as run
+
+    try:
+        asyncio.run(run(serving))
+    except (GrpcStartError, MetricsPortError) as e:
+        log.error("%s", e)
+        return False
+    return True
 
 
 def _after_shutdown(signum: int, _frame: object) -> None:
@@ -155,24 +171,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(settings)
     log.info("args: %r", settings)
+    for flag in settings.compatibility_only():
+        log.warning("%s is accepted for compatibility with TEI and has no effect", flag)
+    if settings.disable_spans and settings.otlp_endpoint:
+        log.warning("--disable-spans is set: no request spans go to %s", settings.otlp_endpoint)
     try:
         model, model_id = load_model(settings)
-    except (ModelSourceError, SettingsError, ManifestError, ProviderError) as e:
+    except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
         log.error("%s", e)
         return 1
     warm_up(model, settings)
-    server = Server(settings=settings, model=model, model_id=model_id)
+    serving = Serving(settings=settings, model=model, model_id=model_id)
     log.info(
         "ready: model=%s task=%s provider=%s variant=%s max_input_length=%d "
         "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
         "max_client_batch_size=%d listening on %s:%d",
         model_id, model.manifest.task.value, model.provider,
-        getattr(model.precision, "value", model.precision), model.max_input_length,
+        model.precision.value, model.max_input_length,
         settings.max_batch_tokens, settings.max_batch_requests,
         settings.max_concurrent_requests, settings.max_client_batch_size,
         settings.hostname, settings.port,
     )
-    return 0 if serve(server) else 1
+    ok = serve_grpc(serving) if settings.grpc else serve(serving)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,26 +1,18 @@
-"""Typed errors carrying TEI's HTTP status and error_type, and the one place that renders them.
+"""Every error a front-end answers, typed: TEI's HTTP status, error_type and gRPC status code.
 
-TEI's body is `{"error", "error_type"}`; its OpenAI routes answer `{"message", "code", "type"}`.
-Where TEI (axum) would answer plain text (malformed JSON 400, wrong shape 422, no JSON content
-type 415, body over the limit 413) we answer the same status with TEI's JSON body.
+A `TeiError` says what went wrong once; each front-end renders it its own way (the HTTP
+adapter as TEI's `{"error", "error_type"}` body with `http_status`, the gRPC adapter as a
+status with `grpc_code` and the message). TEI's gRPC mapping: Validation and Empty ->
+INVALID_ARGUMENT, Tokenizer and Backend -> FAILED_PRECONDITION, Overloaded ->
+RESOURCE_EXHAUSTED, Unhealthy -> UNAVAILABLE. No transport is imported here.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
-import msgspec
-from litestar import Request, Response
-from litestar.exceptions import HTTPException
-
-if TYPE_CHECKING:
-    from tei_serve.metrics import Metrics
-
-log = logging.getLogger("tei_serve")
-
-OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
+from tei_runtime import errors as rt_errors
 
 
 class ErrorType(enum.StrEnum):
@@ -32,15 +24,36 @@ class ErrorType(enum.StrEnum):
     EMPTY = "Empty"
 
 
-class ErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
-    error: str
-    error_type: ErrorType
+class GrpcCode(enum.IntEnum):
+    """gRPC status codes (`grpc.StatusCode`'s values), so this module needs no grpc import."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
 
 
-class OpenAIErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
-    message: str
-    code: int
-    type: ErrorType
+_GRPC_CODE_OF = {
+    ErrorType.VALIDATION: GrpcCode.INVALID_ARGUMENT,
+    ErrorType.EMPTY: GrpcCode.INVALID_ARGUMENT,
+    ErrorType.TOKENIZER: GrpcCode.FAILED_PRECONDITION,
+    ErrorType.BACKEND: GrpcCode.FAILED_PRECONDITION,
+    ErrorType.OVERLOADED: GrpcCode.RESOURCE_EXHAUSTED,
+    ErrorType.UNHEALTHY: GrpcCode.UNAVAILABLE,
+}
 
 
 class TeiError(Exception):
@@ -59,6 +72,10 @@ class TeiError(Exception):
     @property
     def http_status(self) -> int:
         return self.status_override if self.status_override is not None else self.status
+
+    @property
+    def grpc_code(self) -> GrpcCode:
+        return _GRPC_CODE_OF[self.error_type]
 
 
 class EmptyError(TeiError):
@@ -109,9 +126,16 @@ class BackendError(TeiError):
 
 
 class ModelTypeError(BackendError):
-    """The route does not fit the loaded model (e.g. /predict on an embedding model)."""
+    """The operation does not fit the loaded model (e.g. predict on an embedding model)."""
 
     metric = "model_type"
+
+
+class NaNScoreError(BackendError):
+    """The model scored an input NaN (a broken graph or fp16 overflow)."""
+
+    def __init__(self) -> None:
+        super().__init__("score is NaN")
 
 
 class UnhealthyError(TeiError):
@@ -123,50 +147,32 @@ class UnhealthyError(TeiError):
         super().__init__(message)
 
 
+class ClientGoneError(TeiError):
+    """The client went away before its answer was ready; nothing is left queued for it."""
+
+    status = 499
+    metric = None
+
+    @property
+    def grpc_code(self) -> GrpcCode:
+        return GrpcCode.CANCELLED
+
+
 class UnauthorizedError(Exception):
-    """Missing or wrong bearer token: TEI answers 401 with an empty body."""
+    """Missing or wrong API key: HTTP answers 401 with an empty body, gRPC UNAUTHENTICATED."""
+
+    http_status: ClassVar[int] = 401
+    grpc_code: ClassVar[GrpcCode] = GrpcCode.UNAUTHENTICATED
 
 
-_json = msgspec.json.Encoder()
-
-
-def render(err: TeiError, *, openai: bool) -> Response[bytes]:
-    body: ErrorResponse | OpenAIErrorResponse
-    if openai:
-        body = OpenAIErrorResponse(message=err.message, code=err.http_status, type=err.error_type)
+def from_runtime(exc: rt_errors.TeiRuntimeError) -> TeiError:
+    """The served error for a runtime error, its text unchanged and the runtime error its cause."""
+    err: TeiError
+    if isinstance(exc, rt_errors.ValidationError):
+        err = ValidationError(str(exc))
+    elif isinstance(exc, rt_errors.TokenizerError):
+        err = TokenizerError(str(exc))
     else:
-        body = ErrorResponse(error=err.message, error_type=err.error_type)
-    return Response(
-        content=_json.encode(body), status_code=err.http_status, media_type="application/json"
-    )
-
-
-def _from_http(exc: HTTPException) -> TeiError:
-    status = exc.status_code
-    if status == 413:
-        return BodyError("Payload too large", status=413)
-    if status in (404, 405):
-        return RoutingError(exc.detail, status=status)
-    if status >= 500:
-        return BackendError(exc.detail, status=status)
-    return BodyError(exc.detail, status=status)
-
-
-def make_exception_handler(metrics: Metrics) -> object:
-    """The app's single handler for every exception (Litestar's `{Exception: handler}`)."""
-
-    def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
-        if isinstance(exc, UnauthorizedError):
-            return Response(content=b"", status_code=401)
-        if isinstance(exc, TeiError):
-            err = exc
-        elif isinstance(exc, HTTPException):
-            err = _from_http(exc)
-        else:
-            log.exception("unhandled error on %s", request.url.path, exc_info=exc)
-            err = BackendError(f"internal error: {type(exc).__name__}", status=500)
-        if err.metric is not None:
-            metrics.failure(err.metric)
-        return render(err, openai=request.url.path in OPENAI_PATHS)
-
-    return handler
+        err = BackendError(str(exc))
+    err.__cause__ = exc
+    return err

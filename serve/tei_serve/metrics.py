@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from typing import TYPE_CHECKING, Literal
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from tei_serve.serving import Metadata
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -20,6 +24,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DURATION_BUCKETS = tuple(1e-5 * 1.5**k for k in range(1, 36))
 BATCH_SIZE_BUCKETS = tuple(float(2**k) for k in range(13))
 BATCH_TOKENS_BUCKETS = tuple(float(2**k) for k in range(21))
+
+Family = Literal["embed", "predict"]
+"""TEI's per-capability metric families; tokenize and decode count in neither."""
+Method = Literal["single", "batch"]
 
 _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "te_request_count": ("Requests received", ("method",)),
@@ -79,6 +87,38 @@ class Metrics:
     def inc(self, name: str, *labels: str, by: float = 1.0) -> None:
         with self._lock:
             self._counters[name][labels] += by
+
+    def received(self, method: Method, family: Family | None, n: int) -> None:
+        """A request of `n` inputs arrived (counted before it is validated, as TEI does)."""
+        self.inc("te_request_count", method)
+        if family is not None:
+            self.inc(f"te_{family}_count", by=n)
+
+    def record(self, method: Method, family: Family | None, n: int, meta: Metadata) -> None:
+        """A request of `n` inputs was answered: success counters and duration histograms."""
+        total = meta.total_time_ns / 1e9
+        tokenization = meta.tokenization_time_ns / 1e9
+        queue = meta.queue_time_ns / 1e9
+        inference = meta.inference_time_ns / 1e9
+        self.inc("te_request_success", method)
+        self.request_duration.observe(total)
+        self.request_tokenization.observe(tokenization)
+        self.request_queue.observe(queue)
+        self.request_inference.observe(inference)
+        if family == "embed":
+            self.inc("te_embed_success", by=n)
+            histograms = (self.embed_duration, self.embed_tokenization, self.embed_queue,
+                          self.embed_inference)  # fmt: skip
+        elif family == "predict":
+            self.inc("te_predict_success", by=n)
+            histograms = (self.predict_duration, self.predict_tokenization, self.predict_queue,
+                          self.predict_inference)  # fmt: skip
+        else:
+            return
+        for histogram, seconds in zip(
+            histograms, (total, tokenization, queue, inference), strict=True
+        ):
+            histogram.observe(seconds)
 
     def failure(self, err: str) -> None:
         self.inc("te_request_failure", err)

@@ -1,39 +1,34 @@
-"""What the server needs from a loaded model: the structural type of `tei_runtime.Model`.
+"""What the serving core needs from a loaded model: the structural type of `tei_runtime.Model`.
 
-Typing against a Protocol keeps the server testable with a fake model and documents the
-exact surface of the runtime it relies on.
+The batching worker needs only the runtime's `Backend` (packing and one forward); the core
+adds tokenization and the manifest it reports. Typing against Protocols keeps the server
+testable with a fake model and documents the exact surface of the runtime it relies on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from tei_runtime.batching import Packing
+from tei_runtime.backend import Backend
 from tei_runtime.data import Encoding, Token
-from tei_runtime.manifest import Manifest
+from tei_runtime.manifest import Manifest, Precision
 
 Input = str | tuple[str, str] | Sequence[int]
 Direction = Literal["left", "right"]
 Array = npt.NDArray[np.float32]
 
 
-class ModelLike(Protocol):
+class ServedModel(Backend, Protocol):
     @property
     def manifest(self) -> Manifest: ...
     @property
-    def provider(self) -> str: ...
-    @property
-    def precision(self) -> Any: ...
+    def precision(self) -> Precision: ...
     @property
     def max_input_length(self) -> int: ...
-    @property
-    def packing(self) -> Packing:
-        """How one forward should be cut on this device (the runtime's own rule)."""
-        ...
 
     def encode(
         self,
@@ -45,11 +40,6 @@ class ModelLike(Protocol):
         prompt: str | None = None,
         add_special_tokens: bool = True,
     ) -> Sequence[Encoding]: ...
-
-    def forward_embed(self, batch: Sequence[Encoding]) -> Array: ...
-    def forward_tokens(self, batch: Sequence[Encoding]) -> Sequence[Array]: ...
-    def forward_sparse(self, batch: Sequence[Encoding]) -> Array: ...
-    def forward_logits(self, batch: Sequence[Encoding]) -> Array: ...
 
     def tokenize(
         self,

@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from tei_runtime.bundle import artifact_folder, is_bundle_file
+from tei_bundle import artifact_folder, is_bundle_file
 from tei_runtime.manifest import MANIFEST_NAME
 
 log = logging.getLogger("tei_serve")

@@ -20,6 +20,8 @@ import msgspec
 log = logging.getLogger("tei_serve")
 
 _SECRETS = frozenset({"hf_token", "api_key"})
+# Flags of TEI's router that are accepted so its command lines start unchanged, and do nothing.
+_COMPATIBILITY_ONLY = ("dense_path", "uds_path")
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
 
@@ -56,6 +58,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     otlp_service_name: str = "text-embeddings-inference.server"
     prometheus_port: int = 9000
     cors_allow_origin: tuple[str, ...] | None = None
+    grpc: bool = False
     # ours
     device: str = "auto"
     intra_op_threads: int | None = None
@@ -72,6 +75,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return f"Settings({', '.join(parts)})"
 
     __str__ = __repr__
+
+    def compatibility_only(self) -> list[str]:
+        """Flags set to something other than their default that change nothing here."""
+        defaults = Settings()
+        return [
+            f"--{name.replace('_', '-')}"
+            for name in _COMPATIBILITY_ONLY
+            if getattr(self, name) != getattr(defaults, name)
+        ]
 
     def effective_tokenization_workers(self) -> int:
         if self.tokenization_workers is not None:
@@ -175,14 +187,17 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--payload-limit", _positive_int, "Largest request body in bytes (413 above)."),
     _Option("--api-key", str, "Require `Authorization: Bearer <key>` (secret)."),
     _Option("--json-output", None, "Log JSON lines."),
-    _Option("--disable-spans", None, "Accepted for compatibility (TEI's span fields in log "
-            "lines; these logs have none)."),
+    _Option("--disable-spans", None, "Create no request spans (nothing is exported to "
+            "--otlp-endpoint)."),
     _Option("--otlp-endpoint", str, "OTLP/gRPC collector for request spans, e.g. "
             "http://localhost:4317. Default: no tracing."),
     _Option("--otlp-service-name", str, "service.name of the exported spans."),
-    _Option("--prometheus-port", _port, "Accepted for compatibility; metrics are on /metrics."),
+    _Option("--prometheus-port", _port, "Port serving the te_* Prometheus metrics, in both "
+            "modes (HTTP also keeps /metrics); 0 picks a free port."),
     _Option("--cors-allow-origin", str, "Allowed CORS origins (repeat or comma-separate). "
             "Default: any.", multiple=True),
+    _Option("--grpc", None, "Serve TEI's gRPC API (tei.v1 services, grpc.health.v1, "
+            "reflection) on --port instead of HTTP."),
     _Option("--device", str, "Execution provider: auto, cpu, cuda, tensorrt, rocm, openvino.",
             aliases=("--providers",)),
     _Option("--intra-op-threads", _positive_int, "ONNX Runtime intra-op threads."),

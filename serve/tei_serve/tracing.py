@@ -14,10 +14,12 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tei_serve.infer import Meta
-
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
+
+    from tei_serve.serving import Metadata
+
+_NO_TIMINGS = (0, 0, 0)
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}ms"
@@ -44,38 +46,41 @@ class Tracing:
         handler: str,
         route: str,
         headers: Mapping[str, str],
-        meta: Meta,
+        meta: Metadata | None,
         elapsed: float,
         error: BaseException | None = None,
     ) -> None:
         """Spans of one answered (or failed) request that has run for `elapsed` seconds; the
-        request span is named after the TEI `handler` that ran (TEI's span names)."""
+        request span is named after the TEI `handler` that ran (TEI's span names). A failed
+        request has no `meta`: its span carries the error and no stage children."""
         from opentelemetry import trace
 
         end = time.time_ns()
         start = end - int(elapsed * 1e9)
         parent = self.propagator.extract(carrier=dict(headers))
         span = self.tracer.start_span(handler, context=parent, start_time=start)
+        stages = (
+            (meta.tokenization_time_ns, meta.queue_time_ns, meta.inference_time_ns)
+            if meta is not None else _NO_TIMINGS
+        )  # fmt: skip
         span.set_attributes({
             "http.route": route,
             "total_time": _ms(elapsed),
-            "tokenization_time": _ms(meta.tokenization),
-            "queue_time": _ms(meta.queue),
-            "inference_time": _ms(meta.inference),
-            "inputs.characters": meta.chars,
-            "inputs.tokens": meta.tokens,
+            "tokenization_time": _ms(stages[0] / 1e9),
+            "queue_time": _ms(stages[1] / 1e9),
+            "inference_time": _ms(stages[2] / 1e9),
+            "inputs.characters": meta.compute_chars if meta is not None else 0,
+            "inputs.tokens": meta.compute_tokens if meta is not None else 0,
         })  # fmt: skip
         if error is not None:
             span.record_exception(error)
             span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
         inside = trace.set_span_in_context(span)
         at = start
-        for name, seconds in (
-            ("tokenize", meta.tokenization), ("queue", meta.queue), ("inference", meta.inference)
-        ):  # fmt: skip
-            if seconds <= 0:
+        for name, ns in zip(("tokenize", "queue", "inference"), stages, strict=True):
+            if ns <= 0:
                 continue
-            stop = min(end, at + int(seconds * 1e9))
+            stop = min(end, at + ns)
             self.tracer.start_span(name, context=inside, start_time=at).end(end_time=stop)
             at = stop
         span.end(end_time=end)

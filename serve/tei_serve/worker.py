@@ -1,7 +1,7 @@
-"""The batching loop: batcher -> model (on its own thread) -> futures.
+"""The batching loop: token-budget queue -> Backend (on its own thread) -> futures.
 
 Two tasks share one slot. The producer waits (on an Event, never a timer) until the slot is
-free and entries are waiting, takes the next batch from the batcher and puts it in the slot:
+free and entries are waiting, takes the next batch from the queue and puts it in the slot:
 that is the one prefetched batch, formed while the model runs the current one. The runner
 takes the batch from the slot, runs it on the model's single-thread executor and resolves the
 entries' futures. A failing batch fails only its own requests (424) and marks the backend
@@ -11,33 +11,22 @@ unhealthy until a batch or a health probe succeeds.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
-from tei_runtime.batching import run_packed
+from tei_runtime.backend import Backend, Output
 from tei_runtime.data import Encoding
-from tei_serve.batcher import Batch, Batcher, Entry
+from tei_runtime.packing import run_packed
 from tei_serve.errors import BackendError, UnhealthyError
 from tei_serve.metrics import Metrics
-from tei_serve.model import Array, ModelLike
+from tei_serve.model import Array
+from tei_serve.token_queue import Batch, Entry, TokenBudgetQueue
 
 log = logging.getLogger("tei_serve")
-
-
-class Op(enum.Enum):
-    EMBED = "embed"
-    """pooled vector per input (forward_embed)"""
-    TOKENS = "tokens"
-    """one vector per token (forward_tokens)"""
-    SPARSE = "sparse"
-    """vocabulary-sized SPLADE vector (forward_sparse)"""
-    LOGITS = "logits"
-    """classifier / reranker head (forward_logits)"""
 
 
 @dataclass(frozen=True)
@@ -56,7 +45,7 @@ class Job:
 class Worker:
     def __init__(
         self,
-        model: ModelLike,
+        model: Backend,
         *,
         max_batch_tokens: int,
         max_batch_requests: int | None,
@@ -67,7 +56,7 @@ class Worker:
         self.model = model
         self.metrics = metrics
         self.clock = clock
-        self.batcher: Batcher[Job] = Batcher(
+        self.queue: TokenBudgetQueue[Job] = TokenBudgetQueue(
             max_batch_tokens=max_batch_tokens,
             max_batch_requests=max_batch_requests,
             max_wait=max_wait,
@@ -91,14 +80,14 @@ class Worker:
             asyncio.create_task(self._run(), name="tei-runner"),
         ]
 
-    def submit(self, encoding: Encoding, op: Op) -> asyncio.Future[Result]:
+    def submit(self, encoding: Encoding, output: Output) -> asyncio.Future[Result]:
         if self._closing:
             raise UnhealthyError("server is shutting down")
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self.batcher.push(
-            Job(encoding, future), length=len(encoding), kind=op, is_dropped=future.done
+        self.queue.push(
+            Job(encoding, future), length=len(encoding), kind=output, is_dropped=future.done
         )
-        self.metrics.queue_size.set(len(self.batcher))
+        self.metrics.queue_size.set(len(self.queue))
         self._wake.set()
         return future
 
@@ -110,12 +99,11 @@ class Worker:
             await asyncio.gather(*self._tasks)
         self.executor.shutdown(wait=True)
 
-    async def probe(self, op: Op) -> None:
+    async def probe(self, encoding: Encoding, output: Output) -> None:
         """One tiny forward on the model thread; clears the unhealthy flag when it works."""
         loop = asyncio.get_running_loop()
-        enc = (await loop.run_in_executor(self.executor, self._encode_probe))[0]
         try:
-            await loop.run_in_executor(self.executor, self._forward, op, [enc])
+            await loop.run_in_executor(self.executor, self._forward, output, [encoding])
         except Exception as e:
             self.healthy = False
             raise UnhealthyError() from e
@@ -126,15 +114,15 @@ class Worker:
     async def _produce(self) -> None:
         while True:
             await self._slot_free.wait()
-            if not len(self.batcher):
+            if not len(self.queue):
                 if self._closing:
                     break
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            taken = self.batcher.next_batch()
+            taken = self.queue.next_batch()
             self._count_dropped(taken.dropped)
-            self.metrics.queue_size.set(len(self.batcher))
+            self.metrics.queue_size.set(len(self.queue))
             if taken.batch is None:
                 continue
             self.metrics.batch_next_size.observe(len(taken.batch))
@@ -162,7 +150,8 @@ class Worker:
             started = self.clock()
             try:
                 values = await loop.run_in_executor(
-                    self.executor, self._forward, batch.kind, [e.payload.encoding for e in entries]
+                    self.executor, self._forward, cast(Output, batch.kind),
+                    [e.payload.encoding for e in entries],
                 )
             except Exception as e:
                 # A failed batch fails its own requests only; the server lives on.
@@ -187,29 +176,14 @@ class Worker:
         if dropped:
             self.metrics.inc("te_request_failure", "dropped", by=len(dropped))
 
-    def _encode_probe(self) -> Sequence[Encoding]:
-        return self.model.encode(["health"], truncate=True)
-
-    def _forward(self, kind: Any, encodings: Sequence[Encoding]) -> Sequence[Array]:
-        return forward_in_pieces(self.model, kind, encodings)
-
-
-def _forward_once(model: ModelLike, kind: Any, encodings: Sequence[Encoding]) -> Sequence[Array]:
-    if kind is Op.EMBED:
-        return list(model.forward_embed(encodings))
-    if kind is Op.TOKENS:
-        return list(model.forward_tokens(encodings))
-    if kind is Op.SPARSE:
-        return list(model.forward_sparse(encodings))
-    if kind is Op.LOGITS:
-        return list(model.forward_logits(encodings))
-    raise AssertionError(f"unknown op {kind!r}")
+    def _forward(self, output: Output, encodings: Sequence[Encoding]) -> Sequence[Array]:
+        return forward_in_pieces(self.model, output, encodings)
 
 
 def forward_in_pieces(
-    model: ModelLike, kind: Any, encodings: Sequence[Encoding]
+    model: Backend, output: Output, encodings: Sequence[Encoding]
 ) -> Sequence[Array]:
-    """Run one batcher batch as length-sorted pieces under the model's own token budget.
+    """Run one queued batch as length-sorted pieces under the model's own token budget.
 
     --max-batch-tokens (TEI's 16384) bounds what is admitted into one batch; on CPU a forward
     of that size ran about 3x slower per text than pieces of the runtime's CPU budget (1024
@@ -217,4 +191,4 @@ def forward_in_pieces(
     its activations grew the process by hundreds of MB. On GPUs the budget is the whole batch.
     The runtime's `packing` also cuts CPU pieces where padding would pass 10%.
     """
-    return run_packed(encodings, lambda piece: _forward_once(model, kind, piece), model.packing)
+    return run_packed(encodings, lambda piece: model.forward(piece, output), model.packing)

@@ -63,7 +63,7 @@ def test_artifact_cache_key_follows_the_exporter(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None:
-    engines = ["st", "runtime-int8", "serve-int8"]
+    engines = ["st", "runtime-int8", "serve-int8", "serve-grpc-int8"]
     subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--engines", ",".join(engines),
          "--artifact", str(minilm_artifact), "--out", str(tmp_path / "out"),

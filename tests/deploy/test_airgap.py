@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import tei_runtime
-from tei_runtime import bundle
+from tei_bundle import archive as bundle
 
 HERE = Path(__file__).resolve().parent
 TEI_SERVE = Path(sys.executable).with_name("tei-serve")
@@ -192,7 +192,7 @@ def test_folder_served_offline(toy_artifact: Path, tmp_path: Path) -> None:
 
 
 def test_bundle_served_offline(toy_artifact: Path, tmp_path: Path) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     offline = Offline(tmp_path)
     _assert_served(offline, str(tar), toy_artifact)
     assert len(list((offline.cache / "tei-onnx" / "bundles").iterdir())) == 1
@@ -206,7 +206,7 @@ def test_bundle_served_offline(toy_artifact: Path, tmp_path: Path) -> None:
 def test_tampered_bundle_refuses_to_start(
     toy_artifact: Path, tmp_path: Path, how: str, name: str, message: str
 ) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     _assert_refused(Offline(tmp_path), _tampered(tar, tmp_path, how, name), name, message)
 
 
@@ -215,7 +215,7 @@ def test_tampered_bundle_refuses_to_start(
 
 @pytest.fixture(scope="module")
 def minilm_bundle(minilm_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return bundle.pack(minilm_artifact, tmp_path_factory.mktemp("bundle") / "minilm.tar")
+    return bundle.write_bundle(minilm_artifact, tmp_path_factory.mktemp("bundle") / "minilm.tar")
 
 
 @pytest.mark.slow

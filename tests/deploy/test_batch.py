@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import tei_runtime
-from tei_runtime import batch
-from tei_runtime.batch import BatchError, Job, embed_shard, finished, plan, prepare_output
+from tei_corpus import job
+from tei_corpus.job import CorpusJobError, Job, embed_shard, finished, plan, prepare_output
 
 WORDS = ["hello", "world", "the", "cat", "dog", "sat", "on", "mat", "red", "blue", "green"]
 
@@ -86,7 +86,7 @@ def test_read_shard_every_row_once(tmp_path: Path) -> None:
     texts: list[str] = []
     ids: list[object] = []
     for shard in shards:
-        t, i = batch.read_shard(shard, "text", "id")
+        t, i = job.read_shard(shard, "text", "id")
         assert len(t) == shard.rows
         texts += t
         ids += i
@@ -98,7 +98,7 @@ def test_missing_id_field_uses_the_corpus_row(tmp_path: Path) -> None:
     a = _write_jsonl(tmp_path / "a.jsonl", 4)
     b = _write_parquet(tmp_path / "b.parquet", 6, row_group=2)
     _, shards = plan([a, b], 4)
-    ids = [i for s in shards for i in batch.read_shard(s, "text", "no-such-field")[1]]
+    ids = [i for s in shards for i in job.read_shard(s, "text", "no-such-field")[1]]
     assert ids == list(range(10))
 
 
@@ -106,19 +106,19 @@ def test_bad_rows_and_inputs(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "text": "ok"}\n{"id": 2, "body": "no text"}\n')
     _, [shard] = plan([bad], 10)
-    with pytest.raises(BatchError, match=r"row 1 has no string field 'text'"):
-        batch.read_shard(shard, "text", "id")
+    with pytest.raises(CorpusJobError, match=r"row 1 has no string field 'text'"):
+        job.read_shard(shard, "text", "id")
     (tmp_path / "x.csv").write_text("id,text\n")
-    with pytest.raises(BatchError, match=r"not \.jsonl or \.parquet"):
+    with pytest.raises(CorpusJobError, match=r"not \.jsonl or \.parquet"):
         plan([tmp_path / "x.csv"], 10)
-    with pytest.raises(BatchError, match="no such file"):
+    with pytest.raises(CorpusJobError, match="no such file"):
         plan([tmp_path / "nope.jsonl"], 10)
     # A file that changed after planning is caught, not half-read.
     _write_jsonl(tmp_path / "c.jsonl", 8)
     _, shards = plan([tmp_path / "c.jsonl"], 5)
     _write_jsonl(tmp_path / "c.jsonl", 6)
-    with pytest.raises(BatchError, match="changed since the job was planned"):
-        batch.read_shard(shards[1], "text", "id")
+    with pytest.raises(CorpusJobError, match="changed since the job was planned"):
+        job.read_shard(shards[1], "text", "id")
 
 
 def test_shards_vectors_markers_and_resume_set(toy_artifact: Path, tmp_path: Path) -> None:
@@ -147,10 +147,10 @@ def test_a_different_job_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     prepare_output(out, _job(toy_artifact, [corpus], 5))
     prepare_output(out, _job(toy_artifact, [corpus], 5))  # the same job resumes
-    with pytest.raises(BatchError, match=r"another job's shards \(it differs in: shard_rows\)"):
+    with pytest.raises(CorpusJobError, match=r"another job's shards \(it differs in: shard_rows\)"):
         prepare_output(out, _job(toy_artifact, [corpus], 6))
     _write_jsonl(corpus, 13)
-    with pytest.raises(BatchError, match=r"differs in: inputs"):
+    with pytest.raises(CorpusJobError, match=r"differs in: inputs"):
         prepare_output(out, _job(toy_artifact, [corpus], 5))
 
 
@@ -176,7 +176,7 @@ def test_ray_job_then_resume(
     _write_parquet(corpus / "b.parquet", 50, row_group=16)
     out = tmp_path / "out"
     caplog.set_level("INFO", logger="tei_embed")
-    counts = batch.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2)
+    counts = job.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2)
     assert counts == {"embedded": 7, "skipped": 0, "total": 7}
     assert "7/7 shards, 120/120 rows" in caplog.text  # progress lines
     ids, vectors = _read_output(out)
@@ -192,7 +192,7 @@ def test_ray_job_then_resume(
     (out / "part-00005.parquet").unlink()
     (out / "part-00005.done").unlink()
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
-    counts = batch.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2)
+    counts = job.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2)
     assert counts == {"embedded": 2, "skipped": 5, "total": 7}
     for name, stamp in kept.items():
         if name != "part-00002.parquet":
@@ -201,7 +201,7 @@ def test_ray_job_then_resume(
     assert ids2 == ids
     np.testing.assert_allclose(vectors2, vectors, atol=2e-5)
     # Nothing left to do: no Ray work at all.
-    assert batch.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2) == {
+    assert job.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2) == {
         "embedded": 0, "skipped": 7, "total": 7,
     }  # fmt: skip
 
@@ -245,33 +245,33 @@ def test_cli_killed_then_resumed(minilm_artifact: Path, tmp_path: Path) -> None:
 
 
 def test_a_changed_bundle_is_refused_before_any_work(toy_artifact: Path, tmp_path: Path) -> None:
-    from tei_runtime import bundle
-    from tei_runtime.manifest import ManifestError
+    from tei_bundle import archive as bundle
+    from tei_runtime.errors import ManifestError
 
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     data = bytearray(tar.read_bytes())
     data[len(data) // 2] ^= 0xFF
     tar.write_bytes(bytes(data))
     corpus = _write_jsonl(tmp_path / "a.jsonl", 5)
     with pytest.raises(ManifestError):
-        batch.run(tar, [corpus], tmp_path / "out", shard_rows=5)
+        job.run(tar, [corpus], tmp_path / "out", shard_rows=5)
     assert not list((tmp_path / "out").glob("part-*"))
 
 
 @pytest.mark.slow
 def test_ray_job_from_a_bundle(minilm_artifact: Path, tmp_path: Path, local_ray: None) -> None:
-    from tei_runtime import bundle
+    from tei_bundle import archive as bundle
 
-    tar = bundle.pack(minilm_artifact, tmp_path / "minilm.tar")
+    tar = bundle.write_bundle(minilm_artifact, tmp_path / "minilm.tar")
     corpus = _write_jsonl(tmp_path / "a.jsonl", 30)
     out = tmp_path / "out"
-    assert batch.run(tar, [corpus], out, shard_rows=10, actors=1) == {
+    assert job.run(tar, [corpus], out, shard_rows=10, actors=1) == {
         "embedded": 3, "skipped": 0, "total": 3,
     }  # fmt: skip
-    [unpacked] = (out / batch.BUNDLE_CACHE).iterdir()
+    [unpacked] = (out / job.BUNDLE_CACHE).iterdir()
     assert (unpacked / "manifest.json").is_file()
     _, vectors = _read_output(out)
     expected = tei_runtime.load(minilm_artifact, device="cpu").embed(_texts(30))
     np.testing.assert_allclose(vectors, expected, atol=2e-5)
     # The same bundle again is the same job: nothing to redo, the unpack is reused.
-    assert batch.run(tar, [corpus], out, shard_rows=10, actors=1)["skipped"] == 3
+    assert job.run(tar, [corpus], out, shard_rows=10, actors=1)["skipped"] == 3

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import tei_runtime
-from tei_runtime import bundle
-from tei_runtime.bundle import BUNDLE_MANIFEST, BundleError
+from tei_bundle import BUNDLE_MANIFEST, BundleError
+from tei_bundle import archive as bundle
+from tei_bundle import cli as bundle_cli
 from tei_serve.model_source import resolve
 
 
@@ -38,7 +39,7 @@ def _rewrite_without(src: Path, dst: Path, drop: str) -> None:
 
 
 def test_round_trip_serves_the_same_vectors(toy_artifact: Path, tmp_path: Path) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     listing = bundle.verify(tar)
     names = {f.path for f in listing.files}
     assert names == {p.name for p in toy_artifact.iterdir()}
@@ -53,8 +54,8 @@ def test_round_trip_serves_the_same_vectors(toy_artifact: Path, tmp_path: Path) 
 
 
 def test_pack_is_deterministic(toy_artifact: Path, tmp_path: Path) -> None:
-    a = bundle.pack(toy_artifact, tmp_path / "a.tar").read_bytes()
-    b = bundle.pack(toy_artifact, tmp_path / "b.tar").read_bytes()
+    a = bundle.write_bundle(toy_artifact, tmp_path / "a.tar").read_bytes()
+    b = bundle.write_bundle(toy_artifact, tmp_path / "b.tar").read_bytes()
     assert a == b
 
 
@@ -62,14 +63,14 @@ def test_pack_refuses_a_corrupt_artifact(toy_artifact: Path, tmp_path: Path) -> 
     graph = toy_artifact / "model.fp32.onnx"
     graph.write_bytes(graph.read_bytes() + b"x")
     with pytest.raises(tei_runtime.ManifestError, match=r"model\.fp32\.onnx"):
-        bundle.pack(toy_artifact, tmp_path / "toy.tar")
+        bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     assert not (tmp_path / "toy.tar").exists()
     assert list(tmp_path.glob(".toy.tar.*")) == []
 
 
 @pytest.mark.parametrize("name", ["model.fp32.onnx", "tokenizer.json", "manifest.json"])
 def test_changed_byte_names_the_file(toy_artifact: Path, tmp_path: Path, name: str) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     _flip_byte(tar, name)
     with pytest.raises(BundleError, match=rf"{name}: sha256 mismatch"):
         bundle.verify(tar)
@@ -82,7 +83,7 @@ def test_changed_byte_names_the_file(toy_artifact: Path, tmp_path: Path, name: s
 
 @pytest.mark.parametrize("name", ["model.fp32.onnx", "tokenizer_config.json"])
 def test_missing_file_names_the_file(toy_artifact: Path, tmp_path: Path, name: str) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     cut = tmp_path / "cut.tar"
     _rewrite_without(tar, cut, name)
     with pytest.raises(BundleError, match=rf"{name} is missing"):
@@ -90,7 +91,7 @@ def test_missing_file_names_the_file(toy_artifact: Path, tmp_path: Path, name: s
 
 
 def test_extra_file_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     extra = tmp_path / "evil.py"
     extra.write_text("print('hi')\n")
     with tarfile.open(tar, "a") as t:
@@ -100,7 +101,7 @@ def test_extra_file_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
 
 
 def test_path_escape_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     with tarfile.open(tar, "a") as t:
         info = tarfile.TarInfo("../escape.txt")
         info.size = 0
@@ -126,7 +127,8 @@ def test_not_a_bundle(tmp_path: Path) -> None:
 
 
 def test_unpacked_folder_is_verified_by_resolve(toy_artifact: Path, tmp_path: Path) -> None:
-    out = bundle.unpack(bundle.pack(toy_artifact, tmp_path / "toy.tar"), tmp_path / "unpacked")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    out = bundle.unpack(tar, tmp_path / "unpacked")
     assert resolve(str(out))[0] == out
     (out / "tokenizer_config.json").write_text("{}\n")
     with pytest.raises(BundleError, match=r"tokenizer_config\.json: sha256 mismatch"):
@@ -139,7 +141,7 @@ def test_unpacked_folder_is_verified_by_resolve(toy_artifact: Path, tmp_path: Pa
 def test_resolve_unpacks_a_bundle_once_into_the_hub_cache(
     toy_artifact: Path, tmp_path: Path
 ) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     cache = tmp_path / "cache"
     first, reported = resolve(str(tar), cache_dir=str(cache))
     assert reported == str(tar)
@@ -155,7 +157,7 @@ def test_resolve_unpacks_a_bundle_once_into_the_hub_cache(
 def test_resolve_never_reuses_an_unpack_for_a_tampered_bundle(
     toy_artifact: Path, tmp_path: Path
 ) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     cache = tmp_path / "cache"
     resolve(str(tar), cache_dir=str(cache))
     _flip_byte(tar, "model.fp32.onnx")
@@ -166,7 +168,7 @@ def test_resolve_never_reuses_an_unpack_for_a_tampered_bundle(
 def test_read_only_cache_falls_back_to_a_temporary_folder(
     toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tar = bundle.pack(toy_artifact, tmp_path / "toy.tar")
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     blocker = tmp_path / "file-not-folder"
     blocker.write_text("")  # mkdir under a file fails like a read-only mount does
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
@@ -181,12 +183,12 @@ def test_read_only_cache_falls_back_to_a_temporary_folder(
 
 def test_cli(toy_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tar = tmp_path / "toy.tar"
-    assert bundle.main(["pack", str(toy_artifact), str(tar)]) == 0
-    assert bundle.main(["verify", str(tar)]) == 0
-    assert bundle.main(["unpack", str(tar), str(tmp_path / "u")]) == 0
-    assert bundle.main(["verify", str(tmp_path / "u")]) == 0
+    assert bundle_cli.main(["pack", str(toy_artifact), str(tar)]) == 0
+    assert bundle_cli.main(["verify", str(tar)]) == 0
+    assert bundle_cli.main(["unpack", str(tar), str(tmp_path / "u")]) == 0
+    assert bundle_cli.main(["verify", str(tmp_path / "u")]) == 0
     _flip_byte(tar, "tokenizer.json")
     capsys.readouterr()
-    assert bundle.main(["verify", str(tar)]) == 1
+    assert bundle_cli.main(["verify", str(tar)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tei-bundle: error: ") and "tokenizer.json: sha256 mismatch" in err

@@ -9,6 +9,7 @@ package of every target resolves from the package index for the images' Python (
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import os
@@ -20,6 +21,7 @@ import threading
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bake_dockerfile import DOCKERFILE, ROOT, Dockerfile, load_bake, load_dockerfile
@@ -30,7 +32,8 @@ import check_image
 import serving_requirements
 
 SERVING = ["cpu", "cuda", "tensorrt", "rocm", "openvino"]
-ALL_TARGETS = [*SERVING, "export"]
+GRPC = [f"{name}-grpc" for name in SERVING]
+ALL_TARGETS = [*SERVING, *GRPC, "export"]
 VENV_BIN = Path(sys.executable).parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
@@ -56,6 +59,7 @@ def dockerfile() -> Dockerfile:
 def test_groups_and_targets() -> None:
     bake = load_bake()
     assert bake.groups["default"] == SERVING
+    assert bake.groups["grpc"] == GRPC
     assert sorted(bake.targets) == sorted(ALL_TARGETS)
 
 
@@ -69,8 +73,12 @@ def test_target_names_a_stage_and_declared_args(name: str, dockerfile: Dockerfil
     assert (ROOT / target["context"] / target["dockerfile"]).resolve() == DOCKERFILE
     stage = dockerfile.stages.get(target["target"])
     assert stage is not None, f"{name}: stage {target['target']!r} is not in the Dockerfile"
-    # A build arg takes effect only where an ARG declares it: in the stage, or globally when
-    # a FROM line uses it. Anything else is silently ignored by docker, so it is a bug here.
+    # A build arg takes effect only where an ARG declares it: in the stage (or a stage it is
+    # built FROM), or globally when a FROM line uses it. Anything else is silently ignored by
+    # docker, so it is a bug here.
+    while stage.base in dockerfile.stages:  # FROM serve AS serve-grpc: serve builds with them
+        parent = dockerfile.stages[stage.base]
+        stage = dataclasses.replace(parent, args={**parent.args, **stage.args})
     from_args = set(re.findall(r"\$\{?(\w+)", stage.base))
     declared = set(stage.args) | (from_args & set(dockerfile.global_args))
     undeclared = set(target.get("args", {})) - declared
@@ -89,6 +97,21 @@ def test_serving_targets_differ_only_in_build_args() -> None:
     }
     assert len(shapes) == 1, shapes
     assert {targets[n]["target"] for n in SERVING} == {"serve"}
+
+
+def test_grpc_targets_are_their_serving_target_on_the_grpc_stage(dockerfile: Dockerfile) -> None:
+    targets = load_bake().targets
+    for http_name, grpc_name in zip(SERVING, GRPC, strict=True):
+        http_target, grpc_target = targets[http_name], targets[grpc_name]
+        assert grpc_target["target"] == "serve-grpc"
+        assert grpc_target["args"] == {**http_target["args"], "TARGET": grpc_name}
+        differ = ("args", "tags", "labels", "target")
+        same = {k: v for k, v in http_target.items() if k not in differ}
+        assert {k: grpc_target[k] for k in same} == same
+    stage = dockerfile.stages["serve-grpc"]
+    assert stage.base == "serve"  # non-root user, PORT, cache, labels: all the serve stage's
+    assert json.loads(stage.all("ENTRYPOINT")[-1]) == ["tei-serve", "--grpc"]
+    assert "grpc_health" in stage.all("HEALTHCHECK")[-1]
 
 
 @pytest.mark.parametrize("name", ALL_TARGETS)
@@ -139,8 +162,8 @@ def test_serving_stage_installs_no_export_packages(dockerfile: Dockerfile) -> No
     assert "check_image.py --onnxruntime" in runs
 
 
-def _healthcheck_code(dockerfile: Dockerfile) -> list[str]:
-    rest = dockerfile.stages["serve"].all("HEALTHCHECK")[-1]
+def _healthcheck_code(dockerfile: Dockerfile, stage: str = "serve") -> list[str]:
+    rest = dockerfile.stages[stage].all("HEALTHCHECK")[-1]
     cmd = json.loads(rest.split("CMD", 1)[1])
     assert cmd[0] == "python"
     return [sys.executable, *cmd[1:]]
@@ -173,6 +196,37 @@ def test_healthcheck_command_probes_health_on_port(
     assert ok.returncode == 0
     closed = subprocess.run(cmd, env={**os.environ, "PORT": "1"}, capture_output=True, timeout=30)
     assert closed.returncode != 0
+
+
+@pytest.fixture
+def grpc_health_server() -> Iterator[tuple[int, Any]]:
+    from concurrent import futures
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    servicer = health.HealthServicer()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield port, servicer
+    server.stop(grace=None)
+
+
+def test_grpc_healthcheck_command_asks_the_grpc_health_service(
+    dockerfile: Dockerfile, grpc_health_server: tuple[int, Any]
+) -> None:
+    from grpc_health.v1 import health_pb2
+
+    port, servicer = grpc_health_server
+    cmd = _healthcheck_code(dockerfile, "serve-grpc")
+    env = {**os.environ, "PORT": str(port)}
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    assert subprocess.run(cmd, env=env, timeout=30).returncode == 0
+    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    sick = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
+    assert sick.returncode != 0
 
 
 def test_hadolint_passes() -> None:

@@ -23,15 +23,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_model import FakeModel, write_tokenizer
 
 from tei_runtime.manifest import Task
-from tei_serve.app import Server
 from tei_serve.cli import uvicorn_config
-from tei_serve.model import ModelLike
+from tei_serve.model import ServedModel
+from tei_serve.serving import Serving
 from tei_serve.settings import Settings
 
 
 @dataclass
 class Running:
-    server: Server
+    serving: Serving
     uv: uvicorn.Server
     thread: threading.Thread
     url: str
@@ -39,7 +39,7 @@ class Running:
 
     @property
     def model(self) -> Any:
-        return self.server.model
+        return self.serving.model
 
     def stop(self) -> None:
         self.client.close()
@@ -47,13 +47,14 @@ class Running:
         self.thread.join(timeout=30)
 
 
-def start(model: ModelLike, **settings: Any) -> Running:
+def start(model: ServedModel, **settings: Any) -> Running:
     settings.setdefault("hostname", "127.0.0.1")
     settings.setdefault("port", 0)
+    settings.setdefault("prometheus_port", 0)
     settings.setdefault("tokenization_workers", 2)
-    server = Server(settings=Settings(**settings), model=model,
-                    model_id=model.manifest.source.model_id)
-    uv = uvicorn.Server(uvicorn_config(server))
+    serving = Serving(settings=Settings(**settings), model=model,
+                      model_id=model.manifest.source.model_id)
+    uv = uvicorn.Server(uvicorn_config(serving))
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     while not uv.started:
@@ -62,7 +63,7 @@ def start(model: ModelLike, **settings: Any) -> Running:
         threading.Event().wait(0.01)
     port = uv.servers[0].sockets[0].getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    return Running(server, uv, thread, url, httpx.Client(base_url=url, timeout=30))
+    return Running(serving, uv, thread, url, httpx.Client(base_url=url, timeout=30))
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tei_runtime import errors as rt_errors
-from tei_runtime.batching import Packing
+from tei_runtime.backend import Output
 from tei_runtime.data import Encoding, Token
 from tei_runtime.manifest import (
     SCHEMA_VERSION,
@@ -30,6 +30,7 @@ from tei_runtime.manifest import (
     Task,
     Toolchain,
 )
+from tei_runtime.packing import Packing
 from tei_runtime.tokenization import Tokenizer
 
 WORDS = (
@@ -159,29 +160,23 @@ class FakeModel:
             add_special_tokens=add_special_tokens,
         )
 
-    def _tokens(self, enc: Encoding) -> np.ndarray:
-        return self.table[np.asarray(enc.ids, dtype=np.int64)]
-
-    def forward_embed(self, batch: Sequence[Encoding]) -> np.ndarray:
+    def forward(self, batch: Sequence[Encoding], output: Output) -> list[np.ndarray]:
+        """Token vectors are rows of a random table; pooling is their mean; logits a random head
+        over that; SPLADE is log1p of the token counts."""
         self._before(batch)
-        return np.stack([self._tokens(e).mean(axis=0) for e in batch])
-
-    def forward_tokens(self, batch: Sequence[Encoding]) -> list[np.ndarray]:
-        self._before(batch)
-        return [self._tokens(e) for e in batch]
-
-    def forward_sparse(self, batch: Sequence[Encoding]) -> np.ndarray:
-        self._before(batch)
-        out = np.zeros((len(batch), self.tokenizer.vocab_size), dtype=np.float32)
-        for row, e in enumerate(batch):
-            for i in e.ids:
-                out[row, i] += 1.0
-        return np.log1p(out)
-
-    def forward_logits(self, batch: Sequence[Encoding]) -> np.ndarray:
-        self._before(batch)
-        pooled = np.stack([self._tokens(e).mean(axis=0) for e in batch])
-        return pooled @ self.head
+        tokens = [self.table[np.asarray(e.ids, dtype=np.int64)] for e in batch]
+        match output:
+            case Output.TOKENS:
+                return tokens
+            case Output.EMBEDDING:
+                return [t.mean(axis=0) for t in tokens]
+            case Output.LOGITS:
+                return list(np.stack([t.mean(axis=0) for t in tokens]) @ self.head)
+            case Output.SPARSE:
+                counts = np.zeros((len(batch), self.tokenizer.vocab_size), dtype=np.float32)
+                for row, e in enumerate(batch):
+                    np.add.at(counts[row], np.asarray(e.ids, dtype=np.int64), 1.0)
+                return list(np.log1p(counts))
 
     def tokenize(self, inputs: Sequence[str], *, add_special_tokens: bool = True,
                  prompt_name: str | None = None) -> list[list[Token]]:

@@ -10,13 +10,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_model import FakeModel
 
-from tei_serve.app import Server
 from tei_serve.cli import serve
+from tei_serve.serving import Serving
 from tei_serve.settings import Settings
 
 model = FakeModel(Path(sys.argv[1]))
 model.delay = float(sys.argv[3])
-settings = Settings(hostname="127.0.0.1", port=int(sys.argv[2]), tokenization_workers=2)
-ok = serve(Server(settings=settings, model=model, model_id="fake/embed"))
+settings = Settings(hostname="127.0.0.1", port=int(sys.argv[2]), tokenization_workers=2,
+                    prometheus_port=0)
+ok = serve(Serving(settings=settings, model=model, model_id="fake/embed"))
 print("served" if ok else "failed", flush=True)
 sys.exit(0 if ok else 1)

@@ -41,7 +41,7 @@ def test_overload_429_nothing_else_fails(serve: Callable[..., Running]) -> None:
     for x in results:
         if x.status_code == 429:
             assert x.json() == {"error": "Model is overloaded", "error_type": "Overloaded"}
-    assert r.server.infer.permits.available == 4
+    assert r.serving.admission.permits.available == 4
     metrics = r.client.get("/metrics").text
     assert f'te_request_failure{{err="overloaded"}} {codes.count(429)}' in metrics
 
@@ -67,9 +67,9 @@ def test_requests_are_batched(serve: Callable[..., Running]) -> None:
     with ThreadPoolExecutor(12) as pool:
         futs = [pool.submit(httpx.post, f"{r.url}/embed", json={"inputs": f"hello {i}"},
                             timeout=30) for i in range(12)]
-        worker = r.server.worker
+        worker = r.serving.worker
         # one batch runs (held at the gate), one is prefetched, the rest wait in the queue
-        _wait(lambda: len(worker.batcher) + len(worker._slot or []) == 11)
+        _wait(lambda: len(worker.queue) + len(worker._slot or []) == 11)
         r.model.gate.set()
         assert all(f.result().status_code == 200 for f in futs)
     assert sum(r.model.batches) == 12
@@ -99,7 +99,7 @@ def test_client_disconnect_drops_entries(serve: Callable[..., Running]) -> None:
             pass
         else:  # pragma: no cover
             raise AssertionError("expected the request to be pending")
-        _wait(lambda: r.server.infer.permits.available == 7)  # the leaver's permits are back
+        _wait(lambda: r.serving.admission.permits.available == 7)  # the leaver's permits are back
         r.model.gate.set()
         assert blocker.result().status_code == 200
     _wait(lambda: 'te_request_failure{err="dropped"} 3' in r.client.get("/metrics").text)

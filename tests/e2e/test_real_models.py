@@ -68,6 +68,18 @@ def splade(tiny_splade_artifact: Path) -> Iterator[Running]:
 AUTH = {"Authorization": "Bearer secret"}
 
 
+@pytest.mark.parametrize(
+    "options", [{}, {"normalize": False}, {"dimensions": 64}], ids=["default", "raw", "dims"]
+)
+def test_minilm_embed_is_bitwise_runtime(minilm: Running, options: dict[str, Any]) -> None:
+    """/embed post-processes through tei_runtime.pooling, as Model.embed does: same bits."""
+    body = minilm.client.post("/embed", json={"inputs": TEXTS, **options}, headers=AUTH)
+    served = np.asarray(_schema_ok(body, "/embed"), dtype=np.float64).astype(np.float32)
+    direct = minilm.model.embed(TEXTS, **options)
+    assert served.dtype == direct.dtype
+    assert np.array_equal(served, direct)
+
+
 def test_minilm_embed_matches_runtime(minilm: Running) -> None:
     served = np.asarray(_schema_ok(minilm.client.post("/embed", json={"inputs": TEXTS},
                                                       headers=AUTH), "/embed"))

@@ -54,7 +54,7 @@ class Process:
         env.pop("MODEL_ID", None)
         self.proc = subprocess.Popen(
             [str(TEI_SERVE), "--port", str(self.port), "--hostname", "127.0.0.1",
-             "--json-output", *args],
+             "--prometheus-port", "0", "--json-output", *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         )
 

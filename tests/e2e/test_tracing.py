@@ -97,5 +97,16 @@ def spans_of(by_name: dict[str, list[Any]], parent: bytes) -> list[Any]:
 
 def test_no_endpoint_means_no_tracing(serve: Callable[..., Running]) -> None:
     r = serve(Task.EMBED)
-    assert r.server.tracing is None
+    assert r.serving.tracing is None
     assert r.client.post("/embed", json={"inputs": ["hello"]}).status_code == 200
+
+
+def test_disable_spans_exports_nothing(
+    serve: Callable[..., Running], collector: tuple[Collector, int]
+) -> None:
+    servicer, port = collector
+    r = serve(Task.EMBED, otlp_endpoint=f"http://127.0.0.1:{port}", disable_spans=True)
+    assert r.client.post("/embed", json={"inputs": ["hello world"]}).status_code == 200
+    r.stop()  # a tracer would flush its spans here, before stop returns
+    assert r.serving.tracing is None
+    assert servicer.requests == []

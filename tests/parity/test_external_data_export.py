@@ -12,7 +12,8 @@ import onnx
 import pytest
 
 from support.tiny_models import build_checkpoint
-from tei_runtime.manifest import ManifestError, read_manifest
+from tei_runtime.errors import ManifestError
+from tei_runtime.manifest import read_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +62,11 @@ def test_external_data_export_matches_the_inline_one(
 
 def test_changed_external_data_is_refused_and_bundles_carry_it(tmp_path: Path) -> None:
     import tei_runtime
-    from tei_runtime import bundle
+    from tei_bundle import archive as bundle
 
     checkpoint = build_checkpoint(tmp_path / "ck", "bert", st_pooling="mean")
     art = _export(checkpoint, tmp_path / "art", precisions=["fp32"], external_data=True)
-    unpacked = bundle.unpack(bundle.pack(art, tmp_path / "a.tar"), tmp_path / "unpacked")
+    unpacked = bundle.unpack(bundle.write_bundle(art, tmp_path / "a.tar"), tmp_path / "unpacked")
     np.testing.assert_allclose(
         tei_runtime.load(unpacked, device="cpu").embed(TEXTS),
         tei_runtime.load(art, device="cpu").embed(TEXTS),

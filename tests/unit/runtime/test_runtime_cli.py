@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from rt_artifacts import Built
+from rt_artifacts import ArtifactFactory, Built
 
 from tei_runtime.__main__ import main
+from tei_runtime.checksum import sha256_file
 
 
 def test_print_host_without_artifact(capsys: pytest.CaptureFixture[str]) -> None:
@@ -35,3 +39,40 @@ def test_print_host_reports_an_impossible_choice(
 def test_without_flag_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def _unloadable(built: Built) -> Path:
+    """The artifact with a graph onnxruntime cannot parse, its checksum updated to match."""
+    graph = built.root / "model.fp32.onnx"
+    graph.write_bytes(b"not an onnx graph" * 64)
+    manifest = json.loads((built.root / "manifest.json").read_text())
+    for variant in manifest["variants"]:
+        if variant["file"] == graph.name:
+            variant["sha256"] = sha256_file(graph)
+    (built.root / "manifest.json").write_text(json.dumps(manifest))
+    return built.root
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_model_onnxruntime_cannot_load_is_a_one_line_error(
+    make_artifact: ArtifactFactory,
+) -> None:
+    """tei-serve ends with the runtime's error on one line (TeiRuntimeError is every CLI's
+    one base class), not a traceback; tei-runtime does the same for a broken manifest."""
+    root = _unloadable(make_artifact())
+    serve = _run("-m", "tei_serve", "--model-id", str(root), "--port", "0", "--dtype", "float32")
+    assert serve.returncode == 1, serve.stderr
+    assert "Traceback" not in serve.stderr
+    [line] = [x for x in serve.stderr.splitlines() if "ERROR" in x]
+    assert "onnxruntime cannot load it" in line
+
+    (root / "manifest.json").write_text("{ not json")
+    runtime = _run("-m", "tei_runtime", "--print-host", str(root))
+    assert runtime.returncode == 1
+    assert "Traceback" not in runtime.stderr
+    assert "manifest.json" in json.loads(runtime.stdout)["error"]

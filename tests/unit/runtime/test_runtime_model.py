@@ -5,6 +5,7 @@ import pytest
 from rt_artifacts import VOCAB, ArtifactFactory, Built
 
 from tei_runtime import Model, Pooling, Task, ValidationError, load
+from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
 from tei_runtime.providers import ProviderChoice
 from tei_runtime.session import OrtBackend
@@ -232,3 +233,15 @@ def test_dimension_follows_the_dense_layer(make_artifact: ArtifactFactory) -> No
     m = load(make_artifact(pooling_in_graph=True).root)
     assert m.dimension == 6
     assert m.embed([]).shape == (0, 6)
+
+
+def test_backend_forward_dispatches_by_output(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    encs = m.encode(TEXTS)
+    pooled = m.forward(encs, Output.EMBEDDING)
+    np.testing.assert_array_equal(np.stack(pooled), m.forward_embed(encs))
+    tokens = m.forward(encs, Output.TOKENS)
+    for got, want in zip(tokens, m.forward_tokens(encs), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValidationError):
+        m.forward(encs, Output.LOGITS)

@@ -80,3 +80,11 @@ def test_to_sparse_keeps_positive_entries_in_order() -> None:
     a, b = pooling.to_sparse(dense)
     assert a.indices == [1, 3] and a.values == [1.5, 0.25]
     assert b.indices == [] and b.values == []
+
+
+def test_cosine_similarity_float32_and_zero_safe() -> None:
+    source = np.asarray([3.0, 4.0], dtype=np.float32)
+    others = np.asarray([[3.0, 4.0], [-4.0, 3.0], [0.0, 0.0], [-6.0, -8.0]], dtype=np.float32)
+    cosines = pooling.cosine_similarity(source, others)
+    assert cosines.dtype == np.float32
+    assert np.allclose(cosines, [1.0, 0.0, 0.0, -1.0], atol=1e-6)

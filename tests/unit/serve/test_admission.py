@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tei_serve.admission import Permits
 from tei_serve.errors import BodyError, EmptyError, OverloadedError
-from tei_serve.infer import Permits
-from tei_serve.protocol import parse_ids, parse_inputs, parse_predict_inputs
+from tei_serve.http.protocol import parse_ids, parse_inputs, parse_predict_inputs
 
 
 def test_permits_all_or_nothing_and_released() -> None:

@@ -10,13 +10,14 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from tei_runtime.batching import Packing
+from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
 from tei_runtime.manifest import Task
+from tei_runtime.packing import Packing
 from tei_serve.cli import warm_up
-from tei_serve.model import ModelLike
+from tei_serve.model import ServedModel
 from tei_serve.settings import Settings
-from tei_serve.worker import Op, forward_in_pieces
+from tei_serve.worker import forward_in_pieces
 
 
 class Recorder:
@@ -24,7 +25,8 @@ class Recorder:
         self.packing = Packing(budget=budget, max_rows=max_rows)
         self.calls: list[list[int]] = []
 
-    def forward_embed(self, batch: Sequence[Encoding]) -> np.ndarray[Any, Any]:
+    def forward(self, batch: Sequence[Encoding], output: Output) -> np.ndarray[Any, Any]:
+        assert output is Output.EMBEDDING
         self.calls.append([len(e) for e in batch])
         return np.asarray([[float(e.ids[0]), float(len(e))] for e in batch], dtype=np.float32)
 
@@ -38,7 +40,7 @@ def test_pieces_respect_budget_and_keep_order() -> None:
     lengths = [50, 3, 200, 7, 120, 7, 64, 1]
     encodings = [_enc(i, n) for i, n in enumerate(lengths)]
     model = Recorder(budget=256)
-    out = forward_in_pieces(cast(ModelLike, model), Op.EMBED, encodings)
+    out = forward_in_pieces(model, Output.EMBEDDING, encodings)
     assert [int(row[0]) for row in out] == list(range(len(lengths)))
     assert [int(row[1]) for row in out] == lengths
     assert len(model.calls) > 1
@@ -50,10 +52,10 @@ def test_pieces_respect_budget_and_keep_order() -> None:
 def test_small_batch_runs_whole_and_rows_cap_applies() -> None:
     encodings = [_enc(i, 4) for i in range(6)]
     whole = Recorder(budget=1024)
-    forward_in_pieces(cast(ModelLike, whole), Op.EMBED, encodings)
+    forward_in_pieces(whole, Output.EMBEDDING, encodings)
     assert whole.calls == [[4] * 6]
     capped = Recorder(budget=1024, max_rows=4)
-    out = forward_in_pieces(cast(ModelLike, capped), Op.EMBED, encodings)
+    out = forward_in_pieces(capped, Output.EMBEDDING, encodings)
     assert [len(c) for c in capped.calls] == [4, 2]
     assert [int(row[0]) for row in out] == list(range(6))
 
@@ -82,5 +84,5 @@ def test_warm_up_runs_the_largest_piece_once(
     budget: int, max_rows: int | None, max_batch_requests: int | None, expected: list[list[int]]
 ) -> None:
     model = WarmRecorder(budget=budget, max_rows=max_rows)
-    warm_up(cast(ModelLike, model), Settings(max_batch_requests=max_batch_requests))
+    warm_up(cast(ServedModel, model), Settings(max_batch_requests=max_batch_requests))
     assert model.calls == expected

@@ -20,6 +20,7 @@ def test_defaults_match_tei() -> None:
     assert s.otlp_service_name == "text-embeddings-inference.server"
     assert s.cors_allow_origin is None
     assert s.json_output is False
+    assert s.prometheus_port == 9000 and s.grpc is False
 
 
 def test_env_vars_use_upper_snake_names() -> None:
@@ -82,10 +83,21 @@ def test_secrets_redacted_in_repr() -> None:
     assert "<redacted>" in repr(s)
 
 
-def test_compat_flags_accepted() -> None:
+def test_compat_flags_accepted_and_named_when_set() -> None:
     s = load_settings(["--uds-path", "/tmp/x", "--prometheus-port", "9001", "--disable-spans",
                        "--otlp-endpoint", "http://o:4317", "--dense-path", "2_Dense"], env={})
     assert s.prometheus_port == 9001 and s.disable_spans is True
+    assert s.compatibility_only() == ["--dense-path", "--uds-path"]
+    assert load_settings([], env={}).compatibility_only() == []
+    assert load_settings([], env={"UDS_PATH": "/x"}).compatibility_only() == ["--uds-path"]
+
+
+def test_grpc_flag_and_env() -> None:
+    assert load_settings([], env={}).grpc is False
+    assert load_settings(["--grpc"], env={}).grpc is True
+    assert load_settings([], env={"GRPC": "true"}).grpc is True
+    assert load_settings([], env={"GRPC": "0"}).grpc is False
+    assert load_settings([], env={"PROMETHEUS_PORT": "0"}).prometheus_port == 0
 
 
 def test_tokenization_workers_default() -> None:

@@ -1,8 +1,8 @@
-"""The batcher: padded-cost packing, request cap, length sorting, bounded waits, drops."""
+"""The token-budget queue: padded cost, request cap, length sorting, bounded waits, drops."""
 
 from __future__ import annotations
 
-from tei_serve.batcher import Batcher
+from tei_serve.token_queue import TokenBudgetQueue
 
 
 class Clock:
@@ -14,10 +14,10 @@ class Clock:
 
 
 def make(tokens: int = 100, requests: int | None = None, wait: float = 1.0) -> tuple[
-    Batcher[str], Clock
+    TokenBudgetQueue[str], Clock
 ]:
     clock = Clock()
-    return Batcher(max_batch_tokens=tokens, max_batch_requests=requests, max_wait=wait,
+    return TokenBudgetQueue(max_batch_tokens=tokens, max_batch_requests=requests, max_wait=wait,
                    clock=clock), clock
 
 

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from tei_runtime.bundle import artifact_folder
-from tei_runtime.manifest import ManifestError, read_manifest
+from tei_bundle import artifact_folder
+from tei_runtime.errors import TeiRuntimeError
+from tei_runtime.manifest import read_manifest
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,7 +43,7 @@ BUNDLE_CACHE = ".bundle"
 SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
 
 
-class BatchError(RuntimeError):
+class CorpusJobError(RuntimeError):
     """The job cannot run as asked; the text says what to change."""
 
 
@@ -99,14 +100,14 @@ def input_files(paths: Sequence[Path]) -> list[Path]:
         if path.is_dir():
             found = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
             if not found:
-                raise BatchError(f"{path}: no *.jsonl or *.parquet files in it")
+                raise CorpusJobError(f"{path}: no *.jsonl or *.parquet files in it")
             files += found
         elif path.is_file():
             if path.suffix not in SUFFIXES:
-                raise BatchError(f"{path}: not .jsonl or .parquet")
+                raise CorpusJobError(f"{path}: not .jsonl or .parquet")
             files.append(path)
         else:
-            raise BatchError(f"{path}: no such file or folder")
+            raise CorpusJobError(f"{path}: no such file or folder")
     return files
 
 
@@ -127,7 +128,7 @@ def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int]]:
 
 def plan(paths: Sequence[Path], shard_rows: int) -> tuple[list[InputFile], list[Shard]]:
     if shard_rows < 1:
-        raise BatchError(f"--shard-rows must be at least 1, got {shard_rows}")
+        raise CorpusJobError(f"--shard-rows must be at least 1, got {shard_rows}")
     import pyarrow.parquet as pq
 
     inputs: list[InputFile] = []
@@ -180,7 +181,7 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
 
         table = _parquet_rows(pq.ParquetFile(shard.path), shard.start, shard.rows)
         if text_field not in table.column_names:
-            raise BatchError(f"{shard.path}: no column {text_field!r} (--text-field)")
+            raise CorpusJobError(f"{shard.path}: no column {text_field!r} (--text-field)")
         rows = texts = table.column(text_field).to_pylist()
         ids = (
             table.column(id_field).to_pylist()
@@ -188,11 +189,13 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
             else list(range(shard.first_row, shard.first_row + table.num_rows))
         )
     if len(rows) != shard.rows:
-        raise BatchError(f"{shard.path}: changed since the job was planned (shard {shard.index})")
+        raise CorpusJobError(
+            f"{shard.path}: changed since the job was planned (shard {shard.index})"
+        )
     checked: list[str] = []
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise BatchError(
+            raise CorpusJobError(
                 f"{shard.path}: row {shard.start + i} has no string field {text_field!r}"
             )
         checked.append(text)
@@ -278,10 +281,10 @@ def prepare_output(out_dir: Path, job: Job) -> None:
         try:
             previous = msgspec.json.decode(path.read_bytes(), type=Job)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise BatchError(f"{path}: damaged ({e}); remove {out_dir} to start over") from e
+            raise CorpusJobError(f"{path}: damaged ({e}); remove {out_dir} to start over") from e
         if previous != job:
             fields = [f for f in Job.__struct_fields__ if getattr(previous, f) != getattr(job, f)]
-            raise BatchError(
+            raise CorpusJobError(
                 f"{out_dir} holds another job's shards (it differs in: {', '.join(fields)}); "
                 "use a new output folder, or rerun with the same inputs and options"
             )
@@ -484,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             normalize=not args.no_normalize,
             prompt_name=args.prompt_name,
         )
-    except (BatchError, ManifestError) as e:
+    except (CorpusJobError, TeiRuntimeError) as e:
         print(f"tei-embed: error: {e}", file=sys.stderr)
         return 1
     except ray.exceptions.RayTaskError as e:

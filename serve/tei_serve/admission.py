@@ -5,7 +5,7 @@ request cannot take all of its permits it is answered 429 at once (TEI's `try_ac
 permits are held through tokenization, queue and inference.
 
 Tokenization runs on a pool of `tokenization_workers` threads, off the event loop, before the
-entries are queued, so the batcher holds token counts it can pack by.
+entries are queued, so the token-budget queue holds token counts it can pack by.
 """
 
 from __future__ import annotations
@@ -19,41 +19,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tei_runtime import errors as rt_errors
+from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
-from tei_serve.errors import (
-    BackendError,
-    OverloadedError,
-    TeiError,
-    TokenizerError,
-    ValidationError,
-)
+from tei_serve.errors import OverloadedError, from_runtime
 from tei_serve.metrics import Metrics
-from tei_serve.model import Direction, Input, ModelLike
-from tei_serve.worker import Op, Result, Worker
-
-
-def map_runtime_error(exc: BaseException) -> TeiError | None:
-    """The server error (status, error_type) for a runtime error; None if not one."""
-    err: TeiError
-    if isinstance(exc, rt_errors.ValidationError):
-        err = ValidationError(str(exc))
-    elif isinstance(exc, rt_errors.TokenizerError):
-        err = TokenizerError(str(exc))
-    elif isinstance(exc, rt_errors.BackendError):
-        err = BackendError(str(exc))
-    else:
-        return None
-    err.__cause__ = exc
-    return err
-
-
-def direction_of(value: str) -> Direction:
-    return "left" if value.lower() == "left" else "right"
+from tei_serve.model import Direction, Input, ServedModel
+from tei_serve.worker import Result, Worker
 
 
 @dataclass
-class Meta:
-    """Per-request figures behind the x-* headers and the duration histograms."""
+class Tally:
+    """One request's figures as they accumulate (serving turns them into its `Metadata`)."""
 
     start: float
     chars: int = 0
@@ -84,10 +60,12 @@ class Permits:
             self.available += n
 
 
-class Infer:
+class Admission:
+    """Permits, the tokenizer pool and the queue hand-off, for the serving core."""
+
     def __init__(
         self,
-        model: ModelLike,
+        model: ServedModel,
         worker: Worker,
         metrics: Metrics,
         *,
@@ -120,9 +98,9 @@ class Infer:
         inputs: Sequence[Input],
         *,
         truncate: bool,
-        truncation_direction: str,
+        truncation_direction: Direction,
         prompt_name: str | None,
-        meta: Meta,
+        meta: Tally,
         use_prompt: bool = True,
     ) -> Sequence[Encoding]:
         prompt: str | None = None
@@ -133,7 +111,7 @@ class Infer:
             self.model.encode,
             inputs,
             truncate=truncate,
-            truncation_direction=direction_of(truncation_direction),
+            truncation_direction=truncation_direction,
             prompt_name=prompt_name if use_prompt else None,
             prompt=prompt,
         )
@@ -141,10 +119,7 @@ class Infer:
         try:
             encodings = await asyncio.get_running_loop().run_in_executor(self.pool, call)
         except rt_errors.TeiRuntimeError as e:
-            mapped = map_runtime_error(e)
-            if mapped is None:
-                raise
-            raise mapped from e
+            raise from_runtime(e) from e
         meta.tokenization = self.clock() - started
         for inp in inputs:
             if isinstance(inp, str):
@@ -163,12 +138,12 @@ class Infer:
     async def run(
         self,
         inputs: Sequence[Input],
-        op: Op,
+        output: Output,
         *,
         truncate: bool,
-        truncation_direction: str = "right",
+        truncation_direction: Direction = "right",
         prompt_name: str | None = None,
-        meta: Meta,
+        meta: Tally,
         use_prompt: bool = True,
     ) -> list[Result]:
         """Admit, tokenize, queue and await every input of one request."""
@@ -181,11 +156,11 @@ class Infer:
                 meta=meta,
                 use_prompt=use_prompt,
             )
-            futures = [self.worker.submit(enc, op) for enc in encodings]
+            futures = [self.worker.submit(enc, output) for enc in encodings]
             try:
                 results = list(await asyncio.gather(*futures))
             finally:
-                # On error or cancellation (client gone), the batcher drops what is left.
+                # On error or cancellation (client gone), the queue drops what is left.
                 for f in futures:
                     f.cancel()
         n = len(results)

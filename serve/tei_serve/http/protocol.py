@@ -1,4 +1,4 @@
-"""Wire types: TEI's request and response bodies (`router/src/http/types.rs`).
+"""HTTP wire types: TEI's request and response bodies (`router/src/http/types.rs`).
 
 Request structs accept unknown fields, as TEI does. `inputs` unions that msgspec cannot express
 (a list of token ids is ONE input, a list of strings is a batch) are decoded as `Any` and
@@ -12,15 +12,16 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from tei_serve.errors import BodyError, EmptyError, ValidationError
+from tei_serve.serving import Direction
 
-Direction = Literal["right", "left", "Right", "Left"]
+WireDirection = Literal["right", "left", "Right", "Left"]
 RawInput = str | list[int]
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: Any
     truncate: bool | None = None
-    truncation_direction: Direction = "right"
+    truncation_direction: WireDirection = "right"
     prompt_name: str | None = None
     normalize: bool = True
     dimensions: int | None = None
@@ -29,14 +30,14 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
 class EmbedAllRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: Any
     truncate: bool | None = None
-    truncation_direction: Direction = "right"
+    truncation_direction: WireDirection = "right"
     prompt_name: str | None = None
 
 
 class PredictRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: Any
     truncate: bool | None = None
-    truncation_direction: Direction = "right"
+    truncation_direction: WireDirection = "right"
     raw_scores: bool = False
 
 
@@ -44,7 +45,7 @@ class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
     query: str
     texts: list[str]
     truncate: bool | None = None
-    truncation_direction: Direction = "right"
+    truncation_direction: WireDirection = "right"
     raw_scores: bool = False
     return_text: bool = False
 
@@ -56,7 +57,7 @@ class SimilarityInput(msgspec.Struct, frozen=True, kw_only=True):
 
 class SimilarityParameters(msgspec.Struct, frozen=True, kw_only=True):
     truncate: bool | None = None
-    truncation_direction: Direction = "right"
+    truncation_direction: WireDirection = "right"
     prompt_name: str | None = None
 
 
@@ -84,31 +85,12 @@ class OpenAIRequest(msgspec.Struct, frozen=True, kw_only=True):
     dimensions: int | None = None
 
 
-# -- responses -------------------------------------------------------------------------------
+# -- responses (the rest are serving's result Structs, encoded as they are) -----------------
 
 
 class SparseValue(msgspec.Struct, frozen=True, kw_only=True):
     index: int
     value: float
-
-
-class Prediction(msgspec.Struct, frozen=True, kw_only=True):
-    score: float
-    label: str
-
-
-class Rank(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    index: int
-    score: float
-    text: str | None = None
-
-
-class SimpleToken(msgspec.Struct, frozen=True, kw_only=True):
-    id: int
-    text: str
-    special: bool
-    start: int | None
-    stop: int | None
 
 
 class OpenAIEmbedding(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,33 +109,6 @@ class OpenAIResponse(msgspec.Struct, frozen=True, kw_only=True):
     data: list[OpenAIEmbedding]
     model: str
     usage: OpenAIUsage
-
-
-class EmbeddingModel(msgspec.Struct, frozen=True, kw_only=True):
-    pooling: str
-
-
-class ClassifierModel(msgspec.Struct, frozen=True, kw_only=True):
-    id2label: dict[str, str]
-    label2id: dict[str, int]
-
-
-class Info(msgspec.Struct, frozen=True, kw_only=True):
-    model_id: str
-    model_sha: str | None
-    model_dtype: str
-    served_model_name: str
-    model_type: dict[str, EmbeddingModel | ClassifierModel]
-    max_concurrent_requests: int
-    max_input_length: int
-    max_batch_tokens: int
-    max_batch_requests: int | None
-    max_client_batch_size: int
-    auto_truncate: bool
-    tokenization_workers: int
-    version: str
-    sha: str | None
-    docker_label: str | None
 
 
 # -- decoding --------------------------------------------------------------------------------
@@ -179,6 +134,10 @@ def decode(body: bytes, type_: type[T]) -> T:
     except msgspec.DecodeError as e:
         raise BodyError(f"Failed to parse the request body as JSON: {e}", status=400) from e
     return value
+
+
+def direction_of(value: WireDirection) -> Direction:
+    return "left" if value.lower() == "left" else "right"
 
 
 def _is_ids(value: list[Any]) -> bool:

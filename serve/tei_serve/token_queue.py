@@ -62,7 +62,7 @@ class Taken(Generic[P]):
     dropped: list[Entry[P]]
 
 
-class Batcher(Generic[P]):
+class TokenBudgetQueue(Generic[P]):
     def __init__(
         self,
         *,

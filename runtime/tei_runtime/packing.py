@@ -1,4 +1,4 @@
-"""Packing many inputs into padded batches under a token budget (for the high-level calls).
+"""Cutting many inputs into padded forwards under a token budget (library calls and server).
 
 Sorting by length first keeps padding low; the padded cost of a batch is its longest entry
 times its size, the same measure as the server's batcher. On CPUs a piece is also cut where
@@ -40,7 +40,7 @@ class Packing(msgspec.Struct, frozen=True, kw_only=True):
     it holds MIN_TOKENS_BEFORE_PADDING_CUT real tokens; None: only the budget cuts."""
 
 
-def pack(lengths: Sequence[int], rule: Packing) -> list[list[int]]:
+def length_sorted_groups(lengths: Sequence[int], rule: Packing) -> list[list[int]]:
     """Indices into `lengths`, length-sorted and grouped so that every group keeps to `rule`.
 
     An entry longer than the budget on its own still gets a group (of one).
@@ -78,11 +78,11 @@ def run_packed(
     forward: Callable[[Sequence[S]], Sequence[T]],
     rule: Packing,
 ) -> list[T]:
-    """`forward` over the `pack`ed batches of `items`; results in the order of `items`.
+    """`forward` over the `length_sorted_groups` of `items`; results in the order of `items`.
 
     No items: no call. One batch that holds everything is passed on as it is, in order.
     """
-    groups = pack([len(i) for i in items], rule)
+    groups = length_sorted_groups([len(i) for i in items], rule)
     if not groups:
         return []
     if len(groups) == 1:

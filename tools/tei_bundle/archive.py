@@ -9,22 +9,17 @@ the bundle with a message naming that file.
 Unpacking goes into a temporary folder beside the destination and is renamed into place only
 once verified, so a crash or a tampered bundle never leaves a half-trusted folder behind.
 
-    tei-bundle pack ARTIFACT model.tar     # verify the artifact, write the bundle
-    tei-bundle verify model.tar            # check every file, unpack nothing
-    tei-bundle unpack model.tar DIR        # verified unpack (tei-serve does this by itself)
+The command line (`tei-bundle`) is `tei_bundle.cli`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import os
 import shutil
-import sys
 import tarfile
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -32,7 +27,8 @@ import msgspec
 
 from tei_runtime.artifact import open_artifact, verify_tokenizer, verify_variant
 from tei_runtime.checksum import sha256_file
-from tei_runtime.manifest import MANIFEST_NAME, ManifestError
+from tei_runtime.errors import ManifestError
+from tei_runtime.manifest import MANIFEST_NAME
 
 BUNDLE_MANIFEST = "tei-bundle.json"
 BUNDLE_FORMAT = 1
@@ -96,7 +92,7 @@ def _tar_info(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def pack(artifact_dir: str | Path, out: str | Path) -> Path:
+def write_bundle(artifact_dir: str | Path, out: str | Path) -> Path:
     """Verify the artifact (every variant and tokenizer file) and write it as one tar."""
     root = Path(artifact_dir)
     artifact = open_artifact(root)
@@ -328,46 +324,3 @@ def artifact_folder(path: Path, cache_root: Path) -> Path:
     if (path / BUNDLE_MANIFEST).is_file():
         verify_folder(path)
     return path
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="tei-bundle",
-        description="Pack a tei-onnx artifact into one verified tar, check one, or unpack one.",
-    )
-    sub = p.add_subparsers(dest="command", required=True)
-    pk = sub.add_parser("pack", help="verify an artifact folder and write it as one tar")
-    pk.add_argument("artifact", type=Path)
-    pk.add_argument("bundle", type=Path)
-    vf = sub.add_parser("verify", help="check every file of a bundle (tar) or unpacked folder")
-    vf.add_argument("bundle", type=Path)
-    up = sub.add_parser("unpack", help="verified unpack into a new folder")
-    up.add_argument("bundle", type=Path)
-    up.add_argument("dest", type=Path)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        if args.command == "pack":
-            out = pack(args.artifact, args.bundle)
-            listing = verify(out)
-            size = out.stat().st_size / (1 << 20)
-            print(f"{out}: {len(listing.files)} files, {size:.1f} MiB")
-        elif args.command == "verify":
-            if args.bundle.is_dir():
-                verify_folder(args.bundle)
-            else:
-                verify(args.bundle)
-            print(f"{args.bundle}: ok")
-        else:
-            print(unpack(args.bundle, args.dest))
-    except ManifestError as e:
-        print(f"tei-bundle: error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,159 @@
+"""`tei-serve --grpc`: TEI's `tei.v1` services on a grpc.aio server, with the standard health
+service, server reflection, `--api-key` and `--payload-limit`, stopped gracefully on SIGTERM.
+
+Health (`grpc.health.v1`): `tei.v1.Info` and `tei.v1.Tokenize` are always SERVING; the
+services of the loaded model (Embed for an embedding model, Predict for a classifier, Predict
+and Rerank for a reranker) follow the backend's health, as TEI's do, and so does the server as
+a whole (""), which is what Kubernetes' gRPC probe and the image's HEALTHCHECK ask (TEI leaves
+"" SERVING). The other services are NOT_SERVING: every call to them fails. A Check on the
+model's services (or "") while the backend is unhealthy runs a probe forward first, as
+HTTP's /health does, so a recovered backend is seen again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from tei_runtime.manifest import Task
+from tei_serve.errors import UnhealthyError
+from tei_serve.grpc import tei_pb2
+from tei_serve.grpc.auth import BearerAuth
+from tei_serve.grpc.services import TeiServices
+from tei_serve.metrics_port import MetricsPort
+from tei_serve.serving import Serving
+
+log = logging.getLogger("tei_serve")
+
+GRACE_SECONDS = 30.0
+"""How long calls in flight at SIGTERM get to finish before they are cancelled."""
+
+_TEI = tei_pb2.DESCRIPTOR.services_by_name
+ALWAYS_SERVING = (_TEI["Info"].full_name, _TEI["Tokenize"].full_name)
+MODEL_SERVICES = (_TEI["Embed"].full_name, _TEI["Predict"].full_name, _TEI["Rerank"].full_name)
+
+
+class GrpcStartError(OSError):
+    """The gRPC port could not be bound."""
+
+
+def model_services(task: Task) -> tuple[str, ...]:
+    """The services a model of `task` answers (TEI: a reranker also answers Predict)."""
+    embed, predict, rerank = MODEL_SERVICES
+    match task:
+        case Task.EMBED | Task.SPARSE:
+            return (embed,)
+        case Task.CLASSIFY:
+            return (predict,)
+        case Task.RERANK:
+            return (predict, rerank)
+
+
+def listen_address(hostname: str, port: int) -> str:
+    return f"[{hostname}]:{port}" if ":" in hostname else f"{hostname}:{port}"
+
+
+class ModelHealth(health.aio.HealthServicer):
+    """The standard health service, with the model's services checked against the backend."""
+
+    def __init__(self, serving: Serving) -> None:
+        super().__init__()
+        self.serving = serving
+        self.followed = ("", *model_services(serving.task))
+
+    async def refresh(self) -> None:
+        """Set the followed services from the backend's health (probing it when unhealthy)."""
+        status: int
+        try:
+            await self.serving.health()
+            status = health_pb2.HealthCheckResponse.SERVING
+        except UnhealthyError:
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in self.followed:
+            await self.set(name, status)
+
+    async def Check(  # noqa: N802 (the gRPC method's name)
+        self, request: health_pb2.HealthCheckRequest, context: aio.ServicerContext[Any, Any]
+    ) -> health_pb2.HealthCheckResponse:
+        if request.service in self.followed:
+            await self.refresh()
+        return await super().Check(request, context)
+
+
+class GrpcServer:
+    """The running gRPC front-end of one `Serving`: start, serve, stop."""
+
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
+        s = serving.settings
+        self.health = ModelHealth(serving)
+        self.metrics_port = MetricsPort(serving.metrics.render, s.hostname, s.prometheus_port)
+        self.port = 0
+        self._grpc: aio.Server | None = None
+
+    def _build(self) -> aio.Server:
+        """The grpc.aio server, built inside the running loop (it binds to the loop)."""
+        s = self.serving.settings
+        server = aio.server(
+            interceptors=[BearerAuth(s.api_key)] if s.api_key is not None else [],
+            options=[
+                ("grpc.max_receive_message_length", s.payload_limit),
+                # grpc sets SO_REUSEPORT by default: a second server would share a taken port
+                # silently instead of failing to start.
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        for service, handlers in TeiServices(self.serving).handlers().items():
+            server.add_registered_method_handlers(service, handlers)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        names = [*ALWAYS_SERVING, *MODEL_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, server)
+        return server
+
+    async def start(self) -> None:
+        s = self.serving.settings
+        address = listen_address(s.hostname, s.port)
+        self._grpc = self._build()
+        try:
+            self.port = self._grpc.add_insecure_port(address)
+        except RuntimeError as e:
+            raise GrpcStartError(f"cannot listen on {address}: {e}") from e
+        await self.metrics_port.start()
+        self.serving.start()
+        await self._grpc.start()
+        await self._set_health()
+        log.info("serving gRPC (tei.v1, grpc.health.v1, reflection) on %s", address)
+
+    async def _set_health(self) -> None:
+        for name in ALWAYS_SERVING:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        for name in MODEL_SERVICES:
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.health.refresh()
+
+    async def stop(self, grace: float | None = GRACE_SECONDS) -> None:
+        """Refuse new calls, let those in flight finish (up to `grace`), drain the queue."""
+        await self.health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        await self.serving.stop()
+        await self.metrics_port.close()
+
+
+async def serve_grpc(serving: Serving) -> None:
+    """Serve until SIGTERM or SIGINT, then stop gracefully."""
+    front = GrpcServer(serving)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await front.start()
+    await stopping.wait()
+    log.info("shutting down: finishing calls in flight")
+    await front.stop()

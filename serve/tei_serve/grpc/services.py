@@ -1,0 +1,392 @@
+"""TEI's `tei.v1` services as thin adapters over `Serving`.
+
+Each RPC maps its proto message to a core query, awaits the operation through the one record
+path (`observe.observed`: metrics, span, log line), and maps the result to the proto answer
+with its `Metadata` filled as TEI fills it. A `TeiError` ends the call with its gRPC code and
+its text (TEI's mapping: Validation and Empty INVALID_ARGUMENT, Tokenizer and Backend
+FAILED_PRECONDITION, Overloaded RESOURCE_EXHAUSTED, Unhealthy UNAVAILABLE).
+
+As in TEI, a message's `truncate` is used as sent (proto3: false unless set) rather than
+--auto-truncate, `normalize` is true unless set, and each message of a stream is one request
+(`single`), answered in order. The messages of a stream run concurrently (at most
+`stream_window` at a time, TEI's GRPC_MAX_PARALLEL_STREAM_REQUESTS, and never more than
+--max-concurrent-requests) so the batcher packs them together. Unlike TEI, whose stream
+messages wait for a free permit, a message that finds none ends the stream
+RESOURCE_EXHAUSTED, as a unary call would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
+
+import grpc
+from grpc import aio
+
+from tei_runtime.manifest import Task
+from tei_serve import observe
+from tei_serve.errors import TeiError, ValidationError
+from tei_serve.grpc import tei_pb2 as pb
+from tei_serve.grpc.streams import answer_in_order
+from tei_serve.metrics import Family, Method
+from tei_serve.serving import (
+    DecodeQuery,
+    Direction,
+    EmbedAllQuery,
+    EmbedQuery,
+    Metadata,
+    PredictInput,
+    PredictQuery,
+    RerankQuery,
+    Serving,
+    TokenizeQuery,
+)
+
+log = logging.getLogger("tei_serve")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+if TYPE_CHECKING:  # generic only in the type stubs
+    Context: TypeAlias = aio.ServicerContext[Any, Any]
+    Handlers: TypeAlias = dict[str, grpc.RpcMethodHandler[Any, Any]]
+
+DEFAULT_STREAM_WINDOW = 1024
+"""TEI's default GRPC_MAX_PARALLEL_STREAM_REQUESTS."""
+
+_MODEL_TYPES = {
+    Task.EMBED: pb.MODEL_TYPE_EMBEDDING,
+    Task.SPARSE: pb.MODEL_TYPE_EMBEDDING,
+    Task.CLASSIFY: pb.MODEL_TYPE_CLASSIFIER,
+    Task.RERANK: pb.MODEL_TYPE_RERANKER,
+}
+
+
+def stream_window(serving: Serving, env: Mapping[str, str] = os.environ) -> int:
+    raw = env.get("GRPC_MAX_PARALLEL_STREAM_REQUESTS", "")
+    window = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_STREAM_WINDOW
+    return min(window, serving.settings.max_concurrent_requests)
+
+
+def direction(value: int) -> Direction:
+    return "left" if value == pb.TRUNCATION_DIRECTION_LEFT else "right"
+
+
+def metadata_message(meta: Metadata) -> pb.Metadata:
+    return pb.Metadata(
+        compute_chars=meta.compute_chars,
+        compute_tokens=meta.compute_tokens,
+        total_time_ns=meta.total_time_ns,
+        tokenization_time_ns=meta.tokenization_time_ns,
+        queue_time_ns=meta.queue_time_ns,
+        inference_time_ns=meta.inference_time_ns,
+    )
+
+
+def _optional(message: Any, field: str) -> Any:
+    return getattr(message, field) if message.HasField(field) else None
+
+
+def predict_input(inputs: list[str]) -> PredictInput:
+    """PredictPair's `inputs`: one text, or a (query, passage) pair."""
+    if len(inputs) == 1:
+        return inputs[0]
+    if len(inputs) == 2:
+        return (inputs[0], inputs[1])
+    raise ValidationError(f"`inputs` must have a single or two elements. Given: {len(inputs)}")
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    ranks: list[pb.Rank]
+    metadata: Metadata
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call's context and the route it called (`/tei.v1.Embed/EmbedStream`)."""
+
+    context: Context
+    route: str
+
+    def headers(self) -> dict[str, str]:
+        """The call's metadata (a `traceparent` continues the caller's trace)."""
+        return {k: v for k, v in self.context.invocation_metadata() or () if isinstance(v, str)}
+
+
+class TeiServices:
+    """The five `tei.v1` services of one `Serving`, as method handlers to register."""
+
+    def __init__(self, serving: Serving, *, window: int | None = None) -> None:
+        self.serving = serving
+        self.window = window if window is not None else stream_window(serving)
+
+    # -- the error path and the record path -----------------------------------------------
+
+    async def fail(self, context: Context, err: TeiError) -> NoReturn:
+        """End the call with the error's gRPC code and text, counted as HTTP counts it."""
+        if err.metric is not None:
+            self.serving.metrics.failure(err.metric)
+        await context.abort(grpc.StatusCode[err.grpc_code.name], err.message)
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+    async def answered(self, context: Context, work: Awaitable[Resp]) -> Resp:
+        try:
+            return await work
+        except TeiError as e:
+            await self.fail(context, e)
+
+    def observed(
+        self, call: Call, work: Awaitable[observe.R], *, handler: str, family: Family, n: int = 1,
+        method: Method = "single",
+    ) -> Awaitable[observe.R]:
+        return observe.observed(
+            self.serving, work, handler=handler, route=call.route, carrier=call.headers(),
+            method=method, family=family, n=n,
+        )  # fmt: skip
+
+    async def streamed(
+        self,
+        requests: AsyncIterator[Req],
+        context: Context,
+        answer: Callable[[Req], Awaitable[Resp]],
+    ) -> AsyncIterator[Resp]:
+        try:
+            async for response in answer_in_order(requests, answer, window=self.window):
+                yield response
+        except TeiError as e:
+            await self.fail(context, e)
+
+    # -- Info -------------------------------------------------------------------------------
+
+    async def info(self, _request: pb.InfoRequest, _call: Call) -> pb.InfoResponse:
+        i = self.serving.info
+        return pb.InfoResponse(
+            version=i.version, sha=i.sha, docker_label=i.docker_label, model_id=i.model_id,
+            model_sha=i.model_sha, model_dtype=i.model_dtype,
+            model_type=_MODEL_TYPES[self.serving.task],
+            max_concurrent_requests=i.max_concurrent_requests,
+            max_input_length=i.max_input_length, max_batch_tokens=i.max_batch_tokens,
+            max_batch_requests=i.max_batch_requests,
+            max_client_batch_size=i.max_client_batch_size,
+            tokenization_workers=i.tokenization_workers,
+        )  # fmt: skip
+
+    # -- Embed ------------------------------------------------------------------------------
+
+    async def _embed(self, req: pb.EmbedRequest, call: Call) -> pb.EmbedResponse:
+        normalize = _optional(req, "normalize")
+        q = EmbedQuery(
+            inputs=[req.inputs], truncate=req.truncate,
+            truncation_direction=direction(req.truncation_direction),
+            prompt_name=_optional(req, "prompt_name"),
+            normalize=True if normalize is None else normalize,
+            dimensions=_optional(req, "dimensions"),
+        )  # fmt: skip
+        r = await self.observed(call, self.serving.embed(q), handler="embed", family="embed",
+                                n=1)  # fmt: skip
+        return pb.EmbedResponse(embeddings=r.vectors[0], metadata=metadata_message(r.metadata))
+
+    async def _embed_sparse(
+        self, req: pb.EmbedSparseRequest, call: Call
+    ) -> pb.EmbedSparseResponse:
+        r = await self.observed(call, self.serving.embed_sparse(_embed_all_query(req)),
+                                handler="embed_sparse", family="embed", n=1)  # fmt: skip
+        v = r.vectors[0]
+        values = [pb.SparseValue(index=i, value=x) for i, x in zip(v.indices, v.values,
+                                                                     strict=True)]  # fmt: skip
+        return pb.EmbedSparseResponse(
+            sparse_embeddings=values, metadata=metadata_message(r.metadata)
+        )
+
+    async def _embed_all(self, req: pb.EmbedAllRequest, call: Call) -> pb.EmbedAllResponse:
+        r = await self.observed(call, self.serving.embed_all(_embed_all_query(req)),
+                                handler="embed_all", family="embed", n=1)  # fmt: skip
+        tokens = [pb.TokenEmbedding(embeddings=row) for row in r.vectors[0]]
+        return pb.EmbedAllResponse(token_embeddings=tokens, metadata=metadata_message(r.metadata))
+
+    # -- Predict ----------------------------------------------------------------------------
+
+    async def _predict_one(
+        self, item: PredictInput, req: pb.PredictRequest | pb.PredictPairRequest, call: Call
+    ) -> pb.PredictResponse:
+        q = PredictQuery(inputs=[item], truncate=req.truncate, raw_scores=req.raw_scores,
+                         truncation_direction=direction(req.truncation_direction))  # fmt: skip
+        r = await self.observed(call, self.serving.predict(q), handler="predict",
+                                family="predict", n=1)  # fmt: skip
+        predictions = [pb.Prediction(score=p.score, label=p.label) for p in r.predictions[0]]
+        return pb.PredictResponse(predictions=predictions, metadata=metadata_message(r.metadata))
+
+    async def _predict(self, req: pb.PredictRequest, call: Call) -> pb.PredictResponse:
+        return await self._predict_one(req.inputs, req, call)
+
+    async def _predict_pair(
+        self, req: pb.PredictPairRequest, call: Call
+    ) -> pb.PredictResponse:
+        return await self._predict_one(predict_input(list(req.inputs)), req, call)
+
+    # -- Rerank -----------------------------------------------------------------------------
+
+    async def _rerank(self, req: pb.RerankRequest, call: Call) -> pb.RerankResponse:
+        q = RerankQuery(
+            query=req.query, texts=list(req.texts), truncate=req.truncate,
+            truncation_direction=direction(req.truncation_direction),
+            raw_scores=req.raw_scores, return_text=req.return_text,
+        )  # fmt: skip
+        r = await self.observed(call, self.serving.rerank(q), handler="rerank", family="predict",
+                                n=len(q.texts), method="batch")  # fmt: skip
+        ranks = [pb.Rank(index=k.index, score=k.score, text=k.text) for k in r.ranks]
+        return pb.RerankResponse(ranks=ranks, metadata=metadata_message(r.metadata))
+
+    async def rerank_stream(
+        self, requests: AsyncIterator[pb.RerankStreamRequest], context: Context
+    ) -> pb.RerankResponse:
+        """One (query, text) pair per message, ranked together once the client is done;
+        `raw_scores` and `return_text` are read from the first message, as TEI does."""
+        serving = self.serving
+        call = Call(context, "/tei.v1.Rerank/RerankStream")
+        first: list[pb.RerankStreamRequest] = []
+
+        async def score(m: pb.RerankStreamRequest) -> tuple[float, str, Metadata]:
+            if not first:  # answers start in message order: this is message 0
+                first.append(m)
+            q = RerankQuery(query=m.query, texts=[m.text], truncate=m.truncate,
+                            truncation_direction=direction(m.truncation_direction),
+                            raw_scores=first[0].raw_scores)  # fmt: skip
+            r = await serving.rerank(q)
+            return r.ranks[0].score, m.text, r.metadata
+
+        async def rank_all() -> _Ranked:
+            started = serving.clock()
+            scored = [s async for s in answer_in_order(requests, score, window=self.window)]
+            if not scored:
+                raise ValidationError("`texts` cannot be empty")
+            return_text = first[0].return_text
+            ranks = [pb.Rank(index=i, score=s, text=text if return_text else None)
+                     for i, (s, text, _) in enumerate(scored)]  # fmt: skip
+            ranks.sort(key=lambda k: k.score, reverse=True)
+            meta = _summed([m for _, _, m in scored], serving.clock() - started)
+            return _Ranked(ranks=ranks, metadata=meta)
+
+        try:
+            # the number of pairs is known only at the stream's end: counted in then
+            r = await self.observed(call, rank_all(), handler="rerank", family="predict", n=0,
+                                    method="batch")  # fmt: skip
+        except TeiError as e:
+            await self.fail(context, e)
+        serving.metrics.inc("te_predict_count", by=len(r.ranks))
+        serving.metrics.inc("te_predict_success", by=len(r.ranks))
+        return pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
+
+    # -- Tokenize ---------------------------------------------------------------------------
+
+    async def _tokenize(self, req: pb.EncodeRequest, _call: Call) -> pb.EncodeResponse:
+        q = TokenizeQuery(inputs=[req.inputs], add_special_tokens=req.add_special_tokens,
+                          prompt_name=_optional(req, "prompt_name"))  # fmt: skip
+        [tokens] = (await self.serving.tokenize(q)).tokens
+        return pb.EncodeResponse(tokens=[
+            pb.SimpleToken(id=t.id, text=t.text, special=t.special, start=t.start, stop=t.stop)
+            for t in tokens
+        ])  # fmt: skip
+
+    async def _decode(self, req: pb.DecodeRequest, _call: Call) -> pb.DecodeResponse:
+        q = DecodeQuery(ids=[list(req.ids)], skip_special_tokens=req.skip_special_tokens)
+        [text] = (await self.serving.decode(q)).texts
+        return pb.DecodeResponse(text=text)
+
+    # -- registration -----------------------------------------------------------------------
+
+    def unary(
+        self, route: str, fn: Callable[[Req, Call], Awaitable[Resp]], request: type[Any],
+        response: type[Any],
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        async def behaviour(req: Req, context: Context) -> Resp:
+            return await self.answered(context, fn(req, Call(context, route)))
+
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour, request.FromString, response.SerializeToString
+        )
+
+    def stream(
+        self, route: str, fn: Callable[[Req, Call], Awaitable[Resp]], request: type[Any],
+        response: type[Any],
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        async def behaviour(requests: AsyncIterator[Req], context: Context) -> AsyncIterator[Resp]:
+            # grpc.aio tells a streaming handler by `inspect.isasyncgenfunction`
+            call = Call(context, route)
+            async for response in self.streamed(requests, context, lambda req: fn(req, call)):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(
+            behaviour, request.FromString, response.SerializeToString
+        )
+
+    def handlers(self) -> dict[str, Handlers]:
+        """Method handlers per full service name, for `add_registered_method_handlers`."""
+        unary, stream = self.unary, self.stream
+        tables: dict[str, dict[str, tuple[Any, ...]]] = {
+            "tei.v1.Info": {"Info": (unary, self.info, pb.InfoRequest, pb.InfoResponse)},
+            "tei.v1.Embed": {
+                "Embed": (unary, self._embed, pb.EmbedRequest, pb.EmbedResponse),
+                "EmbedStream": (stream, self._embed, pb.EmbedRequest, pb.EmbedResponse),
+                "EmbedSparse": (unary, self._embed_sparse, pb.EmbedSparseRequest,
+                                pb.EmbedSparseResponse),
+                "EmbedSparseStream": (stream, self._embed_sparse, pb.EmbedSparseRequest,
+                                      pb.EmbedSparseResponse),
+                "EmbedAll": (unary, self._embed_all, pb.EmbedAllRequest, pb.EmbedAllResponse),
+                "EmbedAllStream": (stream, self._embed_all, pb.EmbedAllRequest,
+                                   pb.EmbedAllResponse),
+            },
+            "tei.v1.Predict": {
+                "Predict": (unary, self._predict, pb.PredictRequest, pb.PredictResponse),
+                "PredictPair": (unary, self._predict_pair, pb.PredictPairRequest,
+                                pb.PredictResponse),
+                "PredictStream": (stream, self._predict, pb.PredictRequest, pb.PredictResponse),
+                "PredictPairStream": (stream, self._predict_pair, pb.PredictPairRequest,
+                                      pb.PredictResponse),
+            },
+            "tei.v1.Rerank": {
+                "Rerank": (unary, self._rerank, pb.RerankRequest, pb.RerankResponse),
+            },
+            "tei.v1.Tokenize": {
+                "Tokenize": (unary, self._tokenize, pb.EncodeRequest, pb.EncodeResponse),
+                "TokenizeStream": (stream, self._tokenize, pb.EncodeRequest, pb.EncodeResponse),
+                "Decode": (unary, self._decode, pb.DecodeRequest, pb.DecodeResponse),
+                "DecodeStream": (stream, self._decode, pb.DecodeRequest, pb.DecodeResponse),
+            },
+        }  # fmt: skip
+        out: dict[str, Handlers] = {
+            service: {
+                name: make(f"/{service}/{name}", fn, request, response)
+                for name, (make, fn, request, response) in methods.items()
+            }
+            for service, methods in tables.items()
+        }
+        out["tei.v1.Rerank"]["RerankStream"] = grpc.stream_unary_rpc_method_handler(
+            self.rerank_stream, pb.RerankStreamRequest.FromString,
+            pb.RerankResponse.SerializeToString,
+        )
+        return out
+
+
+def _embed_all_query(req: pb.EmbedSparseRequest | pb.EmbedAllRequest) -> EmbedAllQuery:
+    return EmbedAllQuery(inputs=[req.inputs], truncate=req.truncate,
+                         truncation_direction=direction(req.truncation_direction),
+                         prompt_name=_optional(req, "prompt_name"))  # fmt: skip
+
+
+def _summed(parts: list[Metadata], total_s: float) -> Metadata:
+    """One answer for many inputs: TEI's sums of characters and tokens, per-input averages of
+    the stage times."""
+    n = max(1, len(parts))
+    return Metadata(
+        compute_chars=sum(m.compute_chars for m in parts),
+        compute_tokens=sum(m.compute_tokens for m in parts),
+        tokenization_time_ns=sum(m.tokenization_time_ns for m in parts) // n,
+        queue_time_ns=sum(m.queue_time_ns for m in parts) // n,
+        inference_time_ns=sum(m.inference_time_ns for m in parts) // n,
+        total_time_ns=int(total_s * 1e9),
+    )
+

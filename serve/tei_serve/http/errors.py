@@ -1,0 +1,87 @@
+"""Rendering a `TeiError` as TEI's HTTP answer, and the app's one exception handler.
+
+TEI's body is `{"error", "error_type"}`; its OpenAI routes answer `{"message", "code", "type"}`.
+Where TEI (axum) would answer plain text (malformed JSON 400, wrong shape 422, no JSON content
+type 415, body over the limit 413) we answer the same status with TEI's JSON body.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+from tei_serve.errors import (
+    BackendError,
+    BodyError,
+    ErrorType,
+    RoutingError,
+    TeiError,
+    UnauthorizedError,
+)
+
+if TYPE_CHECKING:
+    from tei_serve.metrics import Metrics
+
+log = logging.getLogger("tei_serve")
+
+OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
+
+
+class ErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
+    error: str
+    error_type: ErrorType
+
+
+class OpenAIErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
+    message: str
+    code: int
+    type: ErrorType
+
+
+_json = msgspec.json.Encoder()
+
+
+def render(err: TeiError, *, openai: bool) -> Response[bytes]:
+    body: ErrorResponse | OpenAIErrorResponse
+    if openai:
+        body = OpenAIErrorResponse(message=err.message, code=err.http_status, type=err.error_type)
+    else:
+        body = ErrorResponse(error=err.message, error_type=err.error_type)
+    return Response(
+        content=_json.encode(body), status_code=err.http_status, media_type="application/json"
+    )
+
+
+def _from_http(exc: HTTPException) -> TeiError:
+    status = exc.status_code
+    if status == 413:
+        return BodyError("Payload too large", status=413)
+    if status in (404, 405):
+        return RoutingError(exc.detail, status=status)
+    if status >= 500:
+        return BackendError(exc.detail, status=status)
+    return BodyError(exc.detail, status=status)
+
+
+def make_exception_handler(metrics: Metrics) -> object:
+    """The app's single handler for every exception (Litestar's `{Exception: handler}`)."""
+
+    def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+        if isinstance(exc, UnauthorizedError):
+            return Response(content=b"", status_code=exc.http_status)
+        if isinstance(exc, TeiError):
+            err = exc
+        elif isinstance(exc, HTTPException):
+            err = _from_http(exc)
+        else:
+            log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+            err = BackendError(f"internal error: {type(exc).__name__}", status=500)
+        if err.metric is not None:
+            metrics.failure(err.metric)
+        return render(err, openai=request.url.path in OPENAI_PATHS)
+
+    return handler

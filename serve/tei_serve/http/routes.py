@@ -1,0 +1,336 @@
+"""TEI's HTTP routes as thin adapters: decode the body, call `Serving`, encode, add headers.
+
+`build_routes(serving)` returns the handlers. Protected routes carry the API-key guard;
+/health, /ping, GET /, /metrics and the docs do not. `observe` runs an operation under
+`tei_serve.observe.observed` (metrics, span, log line; shared with any other front-end) and
+cancels it when the client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import Awaitable, Coroutine
+from importlib import resources
+from typing import Any, TypeVar, assert_never
+
+from litestar import Request, Response, get, post
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+from litestar.handlers.http_handlers import HTTPRouteHandler
+
+from tei_runtime.manifest import Task
+from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
+from tei_serve.http.protocol import (
+    ENCODER,
+    DecodeRequest,
+    EmbedAllRequest,
+    EmbedRequest,
+    OpenAIEmbedding,
+    OpenAIRequest,
+    OpenAIResponse,
+    OpenAIUsage,
+    PredictRequest,
+    RerankRequest,
+    SimilarityRequest,
+    SparseValue,
+    TokenizeRequest,
+    decode,
+    direction_of,
+    parse_ids,
+    parse_inputs,
+    parse_predict_inputs,
+)
+from tei_serve.metrics import CONTENT_TYPE, Family, Method
+from tei_serve.observe import R, observed
+from tei_serve.serving import (
+    DecodeQuery,
+    EmbedAllQuery,
+    EmbedQuery,
+    Metadata,
+    OpenAIQuery,
+    PredictQuery,
+    RerankQuery,
+    Serving,
+    SimilarityQuery,
+    TokenizeQuery,
+)
+
+T = TypeVar("T")
+AnyRequest = Request[Any, Any, Any]
+JSON = "application/json"
+
+SWAGGER_HTML = """<!doctype html>
+<html><head><title>Text Embeddings Inference</title><meta charset="utf-8"/>
+<link rel="stylesheet" href="https://unpkg.com/swagger-ui-dist@5/swagger-ui.css"/></head>
+<body><div id="swagger-ui"></div>
+<script src="https://unpkg.com/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
+<script>SwaggerUIBundle({url: "/api-doc/openapi.json", dom_id: "#swagger-ui"});</script>
+</body></html>
+"""
+
+
+def openapi_document() -> bytes:
+    return resources.files("tei_serve").joinpath("openapi.json").read_bytes()
+
+
+async def _wait_disconnect(request: AnyRequest) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_disconnect(request: AnyRequest, work: Coroutine[Any, Any, T]) -> T:
+    """Run `work`, cancelling it (and so dropping its queued entries) if the client leaves."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    raise ClientGoneError("client disconnected")
+
+
+def _is_json(content_type: str) -> bool:
+    mime = content_type.split(";", 1)[0].strip().lower()
+    return mime == JSON or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+async def read_body(request: AnyRequest) -> bytes:
+    if not _is_json(request.headers.get("content-type", "")):
+        raise BodyError("Expected request with `Content-Type: application/json`", status=415)
+    return await request.body()
+
+
+def _ms(ns: int) -> str:
+    return str(ns // 1_000_000)
+
+
+def timing_headers(meta: Metadata, compute_type: str) -> dict[str, str]:
+    return {
+        "x-compute-type": compute_type,
+        "x-compute-time": _ms(meta.total_time_ns),
+        "x-compute-characters": str(meta.compute_chars),
+        "x-compute-tokens": str(meta.compute_tokens),
+        "x-total-time": _ms(meta.total_time_ns),
+        "x-tokenization-time": _ms(meta.tokenization_time_ns),
+        "x-queue-time": _ms(meta.queue_time_ns),
+        "x-inference-time": _ms(meta.inference_time_ns),
+    }
+
+
+def _method(batch: bool) -> Method:
+    return "batch" if batch else "single"
+
+
+def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
+    settings = serving.settings
+    compute_type = os.environ.get("COMPUTE_TYPE", "gpu+optimized")
+    openapi_json = openapi_document()
+    info_json = ENCODER.encode(serving.info)
+
+    def auth_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        if settings.api_key is None:
+            return
+        if connection.headers.get("authorization") != f"Bearer {settings.api_key}":
+            raise UnauthorizedError()
+
+    guards = [auth_guard]
+
+    def respond(content: bytes, meta: Metadata | None = None) -> Response[bytes]:
+        headers = timing_headers(meta, compute_type) if meta is not None else None
+        return Response(content=content, status_code=200, media_type=JSON, headers=headers)
+
+    def observe(
+        request: AnyRequest, handler: str, method: Method, family: Family, n: int,
+        work: Coroutine[Any, Any, R],
+    ) -> Awaitable[R]:
+        """`work` cancelled if the client leaves, under the request's metrics, span and log."""
+        return observed(
+            serving, until_disconnect(request, work), handler=handler, route=request.url.path,
+            carrier=request.headers, method=method, family=family, n=n,
+        )  # fmt: skip
+
+    # -- one function per operation, shared by its route and `/` ------------------------------
+
+    async def run_embed(request: AnyRequest, body: bytes) -> Response[bytes]:
+        req = decode(body, EmbedRequest)
+        inputs, batch = parse_inputs(req.inputs)
+        q = EmbedQuery(
+            inputs=inputs, truncate=req.truncate, prompt_name=req.prompt_name,
+            truncation_direction=direction_of(req.truncation_direction),
+            normalize=req.normalize, dimensions=req.dimensions,
+        )  # fmt: skip
+        r = await observe(request, "embed", _method(batch), "embed", len(inputs), serving.embed(q))
+        return respond(ENCODER.encode(r.vectors.tolist()), r.metadata)
+
+    def embed_all_query(req: EmbedAllRequest) -> tuple[EmbedAllQuery, bool]:
+        inputs, batch = parse_inputs(req.inputs)
+        q = EmbedAllQuery(
+            inputs=inputs, truncate=req.truncate, prompt_name=req.prompt_name,
+            truncation_direction=direction_of(req.truncation_direction),
+        )  # fmt: skip
+        return q, batch
+
+    async def run_embed_sparse(request: AnyRequest, body: bytes) -> Response[bytes]:
+        q, batch = embed_all_query(decode(body, EmbedAllRequest))
+        r = await observe(request, "embed_sparse", _method(batch), "embed", len(q.inputs),
+                           serving.embed_sparse(q))  # fmt: skip
+        out = [[SparseValue(index=i, value=v) for i, v in zip(s.indices, s.values, strict=True)]
+               for s in r.vectors]  # fmt: skip
+        return respond(ENCODER.encode(out), r.metadata)
+
+    async def run_similarity(request: AnyRequest, body: bytes) -> Response[bytes]:
+        req = decode(body, SimilarityRequest)
+        p = req.parameters
+        q = SimilarityQuery(
+            source_sentence=req.inputs.source_sentence, sentences=req.inputs.sentences,
+            truncate=p.truncate if p else None, prompt_name=p.prompt_name if p else None,
+            truncation_direction=direction_of(p.truncation_direction) if p else "right",
+        )  # fmt: skip
+        n = 1 + len(q.sentences)
+        r = await observe(request, "similarity", "batch", "embed", n, serving.similarity(q))
+        return respond(ENCODER.encode(r.scores), r.metadata)
+
+    async def run_predict(request: AnyRequest, body: bytes) -> Response[bytes]:
+        req = decode(body, PredictRequest)
+        inputs, batch = parse_predict_inputs(req.inputs)
+        q = PredictQuery(
+            inputs=inputs, truncate=req.truncate, raw_scores=req.raw_scores,
+            truncation_direction=direction_of(req.truncation_direction),
+        )  # fmt: skip
+        r = await observe(request, "predict", _method(batch), "predict", len(inputs),
+                           serving.predict(q))  # fmt: skip
+        return respond(ENCODER.encode(r.predictions if batch else r.predictions[0]), r.metadata)
+
+    async def run_rerank(request: AnyRequest, body: bytes) -> Response[bytes]:
+        req = decode(body, RerankRequest)
+        q = RerankQuery(
+            query=req.query, texts=req.texts, truncate=req.truncate, raw_scores=req.raw_scores,
+            truncation_direction=direction_of(req.truncation_direction),
+            return_text=req.return_text,
+        )  # fmt: skip
+        r = await observe(request, "rerank", "batch", "predict", len(req.texts),
+                           serving.rerank(q))  # fmt: skip
+        return respond(ENCODER.encode(r.ranks), r.metadata)
+
+    # -- routes ---------------------------------------------------------------------------
+
+    @post("/embed", guards=guards)
+    async def embed(request: AnyRequest) -> Response[bytes]:
+        return await run_embed(request, await read_body(request))
+
+    @post("/embed_all", guards=guards)
+    async def embed_all(request: AnyRequest) -> Response[bytes]:
+        q, batch = embed_all_query(decode(await read_body(request), EmbedAllRequest))
+        r = await observe(request, "embed_all", _method(batch), "embed", len(q.inputs),
+                           serving.embed_all(q))  # fmt: skip
+        content = await serving.offload(lambda: ENCODER.encode([v.tolist() for v in r.vectors]))
+        return respond(content, r.metadata)
+
+    @post("/embed_sparse", guards=guards)
+    async def embed_sparse(request: AnyRequest) -> Response[bytes]:
+        return await run_embed_sparse(request, await read_body(request))
+
+    @post(["/v1/embeddings", "/embeddings"], guards=guards)
+    async def openai_embed(request: AnyRequest) -> Response[bytes]:
+        req = decode(await read_body(request), OpenAIRequest)
+        inputs, batch = parse_inputs(req.input, field="input")
+        q = OpenAIQuery(inputs=inputs, model=req.model, dimensions=req.dimensions)
+        r = await observe(request, "openai_embed", _method(batch), "embed", len(inputs),
+                           serving.openai_embed(q))  # fmt: skip
+        base64_out = req.encoding_format == "base64"
+        data = [
+            OpenAIEmbedding(
+                object="embedding", index=i,
+                embedding=base64.b64encode(row.astype("<f4").tobytes()).decode()
+                if base64_out else row.tolist(),
+            )
+            for i, row in enumerate(r.vectors)
+        ]  # fmt: skip
+        tokens = r.metadata.compute_tokens
+        body = OpenAIResponse(object="list", data=data, model=r.model,
+                              usage=OpenAIUsage(prompt_tokens=tokens, total_tokens=tokens))
+        return respond(ENCODER.encode(body), r.metadata)
+
+    @post("/similarity", guards=guards)
+    async def similarity(request: AnyRequest) -> Response[bytes]:
+        return await run_similarity(request, await read_body(request))
+
+    @post("/predict", guards=guards)
+    async def predict(request: AnyRequest) -> Response[bytes]:
+        return await run_predict(request, await read_body(request))
+
+    @post("/rerank", guards=guards)
+    async def rerank(request: AnyRequest) -> Response[bytes]:
+        return await run_rerank(request, await read_body(request))
+
+    @post(["/", "/invocations"], guards=guards)
+    async def invocations(request: AnyRequest) -> Response[bytes]:
+        body = await read_body(request)
+        match serving.task:
+            case Task.CLASSIFY:
+                return await run_predict(request, body)
+            case Task.RERANK:
+                return await run_rerank(request, body)
+            case Task.EMBED | Task.SPARSE:
+                if os.environ.get("TASK") == "sentence-similarity":
+                    return await run_similarity(request, body)
+                if serving.task is Task.SPARSE:
+                    return await run_embed_sparse(request, body)
+                return await run_embed(request, body)
+            case _:
+                assert_never(serving.task)
+
+    @post("/tokenize", guards=guards)
+    async def tokenize(request: AnyRequest) -> Response[bytes]:
+        req = decode(await read_body(request), TokenizeRequest)
+        inputs = [req.inputs] if isinstance(req.inputs, str) else req.inputs
+        q = TokenizeQuery(inputs=inputs, add_special_tokens=req.add_special_tokens,
+                          prompt_name=req.prompt_name)  # fmt: skip
+        return respond(ENCODER.encode((await serving.tokenize(q)).tokens))
+
+    @post("/decode", guards=guards)
+    async def decode_ids(request: AnyRequest) -> Response[bytes]:
+        req = decode(await read_body(request), DecodeRequest)
+        q = DecodeQuery(ids=parse_ids(req.ids), skip_special_tokens=req.skip_special_tokens)
+        return respond(ENCODER.encode((await serving.decode(q)).texts))
+
+    @get("/info", guards=guards)
+    async def info() -> Response[bytes]:
+        return respond(info_json)
+
+    @get(["/health", "/ping"])
+    async def health() -> Response[bytes]:
+        await serving.health()
+        return Response(content=b"", status_code=200)
+
+    @get("/")
+    async def root_health() -> Response[bytes]:
+        await serving.health()
+        return Response(content=b"", status_code=200)
+
+    @get("/metrics")
+    async def metrics() -> Response[bytes]:
+        return Response(content=serving.metrics.render(), media_type=CONTENT_TYPE)
+
+    @get("/docs")
+    async def docs() -> Response[str]:
+        return Response(content=SWAGGER_HTML, media_type="text/html")
+
+    @get(["/api-doc/openapi.json", "/openapi.json"])
+    async def openapi() -> Response[bytes]:
+        return respond(openapi_json)
+
+    return [
+        embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
+        tokenize, decode_ids, info, health, root_health, metrics, docs, openapi,
+    ]

@@ -1,0 +1,69 @@
+"""One answered request's bookkeeping, whichever front-end served it: metrics, span, log line.
+
+`observed` wraps the awaiting of one serving operation: it counts the request in te_* metrics
+before it runs (TEI counts before validating), then on success records its `Metadata` in the
+duration histograms, writes its span (--otlp-endpoint) and its log line; on failure it writes
+the span with the error and re-raises (the front-end's error handler counts the failure).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from tei_serve.metrics import Family, Method
+
+if TYPE_CHECKING:
+    from tei_serve.serving import Metadata, Serving
+
+log = logging.getLogger("tei_serve.access")
+
+
+class Measured(Protocol):
+    """A serving result that carries what it cost."""
+
+    @property
+    def metadata(self) -> Metadata: ...
+
+
+R = TypeVar("R", bound=Measured)
+
+
+async def observed(
+    serving: Serving,
+    work: Awaitable[R],
+    *,
+    handler: str,
+    route: str,
+    carrier: Mapping[str, str],
+    method: Method,
+    family: Family,
+    n: int,
+) -> R:
+    """Await `work` (one operation over `n` inputs) with its metrics, span and log line.
+
+    `handler` is TEI's name for what runs (the span's name: `/` runs `embed`, `rerank` ...);
+    `route` is what the caller asked for (the HTTP path or the gRPC method); `carrier` holds
+    the caller's W3C trace context (HTTP headers or gRPC metadata).
+    """
+    started = serving.clock()
+    serving.metrics.received(method, family, n)
+    tracing = serving.tracing
+    try:
+        result = await work
+    except Exception as e:
+        if tracing is not None:
+            tracing.record(handler, route, carrier, None, serving.clock() - started, error=e)
+        raise
+    meta = result.metadata
+    serving.metrics.record(method, family, n, meta)
+    if tracing is not None:
+        tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9)
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            "%s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
+            route, n, meta.compute_tokens, meta.total_time_ns / 1e6, meta.queue_time_ns / 1e6,
+            meta.inference_time_ns / 1e6,
+        )  # fmt: skip
+    return result

@@ -1,0 +1,626 @@
+"""The serving core: one operation per TEI capability, whichever front-end calls it.
+
+No transport lives here (no litestar, no grpc, no protobuf). A front-end:
+
+1. Constructs one `Serving(settings=..., model=..., model_id=...)` per loaded model, calls
+   `start()` inside its running event loop before the first request and `await stop()` after
+   the last one (stop answers everything already queued, then ends the batching tasks).
+2. Maps its wire request to a query Struct (`EmbedQuery`, `PredictQuery`, ...) and awaits the
+   operation (`await serving.embed(query)`). Each returns a typed result carrying vectors or
+   scores and, for model work, a `Metadata` (characters, tokens, and the tokenization / queue /
+   inference / total times in ns) that the front-end turns into headers or its Metadata message
+   and hands to `serving.metrics.record(...)`.
+3. Catches `tei_serve.errors.TeiError`: every failure an operation raises on purpose is one,
+   with `http_status`, `error_type` (TEI's) and `grpc_code`. Anything else is a bug.
+
+Validation (batch size, emptiness, the model's task), admission (one permit per input, none
+free: `OverloadedError` at once), tokenization off the event loop, queueing and
+post-processing (through `tei_runtime.pooling`) happen here, once.
+
+Cancellation: an operation is a coroutine; cancel the task awaiting it when the caller goes
+away (HTTP disconnect, gRPC cancel). The cancellation cancels the operation's queue entries,
+which the token-budget queue drops before packing its next batch and the worker skips if it
+already took them, and releases the permits: nothing stays queued for a caller that left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import Literal, TypeVar
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from tei_runtime import errors as rt_errors
+from tei_runtime import pooling
+from tei_runtime.backend import Output, output_for_task
+from tei_runtime.data import SparseVector, Token
+from tei_runtime.manifest import Task
+from tei_serve.admission import Admission, Tally
+from tei_serve.errors import (
+    BatchSizeError,
+    EmptyError,
+    ModelTypeError,
+    NaNScoreError,
+    UnhealthyError,
+    ValidationError,
+    from_runtime,
+)
+from tei_serve.metrics import Metrics
+from tei_serve.model import Input, ServedModel
+from tei_serve.settings import Settings
+from tei_serve.tracing import Tracing, make_tracing
+from tei_serve.worker import Result, Worker
+
+__all__ = (
+    "ClassifierModel",
+    "DecodeQuery",
+    "Decoded",
+    "Direction",
+    "EmbedAllQuery",
+    "EmbedQuery",
+    "Embedded",
+    "EmbeddingModel",
+    "Metadata",
+    "ModelInfo",
+    "OpenAIEmbedded",
+    "OpenAIQuery",
+    "PredictInput",
+    "PredictQuery",
+    "Prediction",
+    "Predictions",
+    "Rank",
+    "Ranks",
+    "RerankQuery",
+    "Serving",
+    "Similarities",
+    "SimilarityQuery",
+    "SparseVectors",
+    "TextOrIds",
+    "TokenVectors",
+    "TokenizeQuery",
+    "Tokens",
+)
+
+log = logging.getLogger("tei_serve")
+
+FloatArray = npt.NDArray[np.float32]
+T = TypeVar("T")
+
+Direction = Literal["left", "right"]
+TextOrIds = str | Sequence[int]
+"""One input to embed: a text, or token ids used as they are."""
+PredictInput = str | tuple[str, str]
+"""One input to classify: a text or a (query, passage) pair."""
+
+_DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
+
+
+# -- queries ------------------------------------------------------------------------------------
+# `truncate=None` means the server's --auto-truncate.
+
+
+class EmbedQuery(msgspec.Struct, frozen=True, kw_only=True):
+    inputs: Sequence[TextOrIds]
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+    normalize: bool = True
+    dimensions: int | None = None
+    """Matryoshka: keep the first `dimensions` components (before normalizing)."""
+
+
+class EmbedAllQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """For `embed_all` (token vectors) and `embed_sparse` (SPLADE)."""
+
+    inputs: Sequence[TextOrIds]
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+
+
+class SimilarityQuery(msgspec.Struct, frozen=True, kw_only=True):
+    source_sentence: str
+    sentences: Sequence[str]
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
+
+
+class OpenAIQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """OpenAI's /v1/embeddings: always normalized, --auto-truncate, no prompt."""
+
+    inputs: Sequence[TextOrIds]
+    model: str | None = None
+    dimensions: int | None = None
+
+
+class PredictQuery(msgspec.Struct, frozen=True, kw_only=True):
+    inputs: Sequence[PredictInput]
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    raw_scores: bool = False
+
+
+class RerankQuery(msgspec.Struct, frozen=True, kw_only=True):
+    query: str
+    texts: Sequence[str]
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    raw_scores: bool = False
+    return_text: bool = False
+
+
+class TokenizeQuery(msgspec.Struct, frozen=True, kw_only=True):
+    inputs: Sequence[str]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+
+class DecodeQuery(msgspec.Struct, frozen=True, kw_only=True):
+    ids: Sequence[Sequence[int]]
+    skip_special_tokens: bool = True
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+class Metadata(msgspec.Struct, frozen=True, kw_only=True):
+    """What one request cost (TEI's gRPC `Metadata`; the HTTP x-* headers)."""
+
+    compute_chars: int
+    compute_tokens: int
+    tokenization_time_ns: int
+    queue_time_ns: int
+    """Average over the request's inputs."""
+    inference_time_ns: int
+    """Average over the request's inputs."""
+    total_time_ns: int
+
+
+class Embedded(msgspec.Struct, frozen=True, kw_only=True):
+    vectors: FloatArray
+    """[n, dim] float32, in input order."""
+    metadata: Metadata
+
+
+class OpenAIEmbedded(msgspec.Struct, frozen=True, kw_only=True):
+    vectors: FloatArray
+    model: str
+    """The served model name."""
+    metadata: Metadata
+
+
+class TokenVectors(msgspec.Struct, frozen=True, kw_only=True):
+    vectors: list[FloatArray]
+    """Per input [tokens, hidden] float32, special tokens included."""
+    metadata: Metadata
+
+
+class SparseVectors(msgspec.Struct, frozen=True, kw_only=True):
+    vectors: list[SparseVector]
+    metadata: Metadata
+
+
+class Similarities(msgspec.Struct, frozen=True, kw_only=True):
+    scores: list[float]
+    """Cosine of the source sentence with each sentence, in order."""
+    metadata: Metadata
+
+
+class Prediction(msgspec.Struct, frozen=True, kw_only=True):
+    score: float
+    label: str
+
+
+class Predictions(msgspec.Struct, frozen=True, kw_only=True):
+    predictions: list[list[Prediction]]
+    """Per input, every label's score, best first."""
+    metadata: Metadata
+
+
+class Rank(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class Ranks(msgspec.Struct, frozen=True, kw_only=True):
+    ranks: list[Rank]
+    """Best first."""
+    metadata: Metadata
+
+
+class Tokens(msgspec.Struct, frozen=True, kw_only=True):
+    tokens: list[list[Token]]
+
+
+class Decoded(msgspec.Struct, frozen=True, kw_only=True):
+    texts: list[str]
+
+
+class EmbeddingModel(msgspec.Struct, frozen=True, kw_only=True):
+    pooling: str
+
+
+class ClassifierModel(msgspec.Struct, frozen=True, kw_only=True):
+    id2label: dict[str, str]
+    label2id: dict[str, int]
+
+
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """TEI's /info (and gRPC Info): `model_type` has one key, embedding|classifier|reranker."""
+
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    served_model_name: str
+    model_type: dict[str, EmbeddingModel | ClassifierModel]
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int
+    max_batch_requests: int | None
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int
+    version: str
+    sha: str | None
+    docker_label: str | None
+
+
+def version() -> str:
+    try:
+        return metadata.version("tei-onnx")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+# -- the core -----------------------------------------------------------------------------------
+
+
+class Serving:
+    """One loaded model's operations. Not thread-safe: call it from its event loop only."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        model: ServedModel,
+        model_id: str,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.settings = settings
+        self.model = model
+        self.model_id = model_id
+        self.clock = clock
+        self.task: Task = model.manifest.task
+        self.output: Output = output_for_task(self.task)
+        """The forward this model serves."""
+        self.metrics = Metrics(model.max_input_length)
+        self.worker = Worker(
+            model,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_requests=settings.max_batch_requests,
+            max_wait=settings.max_queue_wait_ms / 1000.0,
+            metrics=self.metrics,
+            clock=clock,
+        )
+        self.admission = Admission(
+            model,
+            self.worker,
+            self.metrics,
+            max_concurrent_requests=settings.max_concurrent_requests,
+            tokenization_workers=settings.effective_tokenization_workers(),
+            default_prompt_name=settings.default_prompt_name,
+            default_prompt=settings.default_prompt,
+            clock=clock,
+        )
+        self.tracing: Tracing | None = make_tracing(
+            None if settings.disable_spans else settings.otlp_endpoint, settings.otlp_service_name
+        )
+        """Request spans (--otlp-endpoint), written by the front-ends; None when off (no
+        endpoint, or --disable-spans)."""
+        self.info: ModelInfo = self._model_info()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the batching tasks; call from inside the running event loop."""
+        self.worker.start()
+
+    async def stop(self) -> None:
+        """Answer every queued entry, then stop the tasks and the tokenizer pool, and flush
+        the spans."""
+        await self.worker.stop()
+        self.admission.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
+
+    async def health(self) -> None:
+        """Return when the model answers; `UnhealthyError` when it does not (a probe runs only
+        after a failed batch)."""
+        if not self.worker.healthy:
+            [probe] = await self.offload(lambda: self.model.encode(["health"], truncate=True))
+            await self.worker.probe(probe, self.output)
+        if not self.worker.healthy:
+            raise UnhealthyError()
+
+    @property
+    def served_model_name(self) -> str:
+        return self.settings.served_model_name or self.model_id
+
+    async def offload(self, fn: Callable[[], T]) -> T:
+        """Run CPU-heavy work (a large response encode) on the tokenizer pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.admission.pool, fn)
+
+    # -- embeddings -----------------------------------------------------------------------
+
+    async def embed(self, q: EmbedQuery) -> Embedded:
+        meta = Tally(start=self.clock())
+        vectors = await self._pooled(
+            q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
+            prompt_name=q.prompt_name, normalize=q.normalize, dimensions=q.dimensions,
+        )  # fmt: skip
+        return Embedded(vectors=vectors, metadata=self._metadata(meta))
+
+    async def openai_embed(self, q: OpenAIQuery) -> OpenAIEmbedded:
+        meta = Tally(start=self.clock())
+        if q.model is not None and q.model != self.served_model_name:
+            log.warning("request model %r is not the served model %r", q.model,
+                        self.served_model_name)  # fmt: skip
+        vectors = await self._pooled(
+            q.inputs, meta, truncate=self.settings.auto_truncate, direction="right",
+            prompt_name=None, normalize=True, dimensions=q.dimensions,
+        )  # fmt: skip
+        return OpenAIEmbedded(
+            vectors=vectors, model=self.served_model_name, metadata=self._metadata(meta)
+        )
+
+    async def similarity(self, q: SimilarityQuery) -> Similarities:
+        meta = Tally(start=self.clock())
+        if not q.sentences:
+            raise EmptyError("`inputs.sentences` cannot be empty")
+        vectors = await self._pooled(
+            [q.source_sentence, *q.sentences], meta, truncate=q.truncate,
+            direction=q.truncation_direction, prompt_name=q.prompt_name, normalize=False,
+            dimensions=None,
+        )  # fmt: skip
+        cosines = pooling.cosine_similarity(vectors[0], vectors[1:])
+        return Similarities(scores=[float(c) for c in cosines], metadata=self._metadata(meta))
+
+    async def embed_all(self, q: EmbedAllQuery) -> TokenVectors:
+        meta = Tally(start=self.clock())
+        match self.output:
+            case Output.LOGITS:
+                raise ModelTypeError("Backend error: Model is not an embedding model")
+            case Output.SPARSE:
+                raise ModelTypeError("`embed_all` is not available for SPLADE models")
+        vectors = await self._forward_all(q, Output.TOKENS, meta)
+        return TokenVectors(vectors=vectors, metadata=self._metadata(meta))
+
+    async def embed_sparse(self, q: EmbedAllQuery) -> SparseVectors:
+        meta = Tally(start=self.clock())
+        if self.output is not Output.SPARSE:
+            raise ModelTypeError("Model is not an embedding model with SPLADE pooling")
+        dense = _stack(await self._forward_all(q, Output.SPARSE, meta))
+        return SparseVectors(vectors=pooling.to_sparse(dense), metadata=self._metadata(meta))
+
+    # -- classifiers and rerankers ----------------------------------------------------------
+
+    async def predict(self, q: PredictQuery) -> Predictions:
+        meta = Tally(start=self.clock())
+        if self.output is not Output.LOGITS:
+            raise ModelTypeError("Backend error: Model is not a classifier model")
+        scores = await self._scores(
+            q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
+            raw_scores=q.raw_scores,
+        )  # fmt: skip
+        labels = self.model.manifest.labels
+        predictions = []
+        for row in scores:
+            ranked = [Prediction(score=float(s), label=labels.get(i, str(i)))
+                      for i, s in enumerate(row)]  # fmt: skip
+            ranked.sort(key=lambda p: p.score, reverse=True)
+            predictions.append(ranked)
+        return Predictions(predictions=predictions, metadata=self._metadata(meta))
+
+    async def rerank(self, q: RerankQuery) -> Ranks:
+        meta = Tally(start=self.clock())
+        if self.task is not Task.RERANK:
+            raise ModelTypeError("Backend error: model is not a re-ranker model")
+        if not q.texts:
+            raise EmptyError("`texts` cannot be empty")
+        scores = await self._scores(
+            [(q.query, t) for t in q.texts], meta, truncate=q.truncate,
+            direction=q.truncation_direction, raw_scores=q.raw_scores, first_label_only=True,
+        )  # fmt: skip
+        ranks = [
+            Rank(index=i, score=float(row[0]), text=q.texts[i] if q.return_text else None)
+            for i, row in enumerate(scores)
+        ]
+        ranks.sort(key=lambda r: r.score, reverse=True)
+        return Ranks(ranks=ranks, metadata=self._metadata(meta))
+
+    # -- tokenizer --------------------------------------------------------------------------
+
+    async def tokenize(self, q: TokenizeQuery) -> Tokens:
+        if not q.inputs:
+            raise EmptyError("`inputs` cannot be empty")
+        self._check_batch(len(q.inputs))
+        prompt_name = q.prompt_name or self.settings.default_prompt_name
+
+        def work() -> list[list[Token]]:
+            rows = self.model.tokenize(
+                q.inputs, add_special_tokens=q.add_special_tokens, prompt_name=prompt_name
+            )
+            return [list(row) for row in rows]
+
+        return Tokens(tokens=await self._tokenizer_call(work))
+
+    async def decode(self, q: DecodeQuery) -> Decoded:
+        if not q.ids or any(not ids for ids in q.ids):
+            raise EmptyError("`ids` cannot be empty")
+        self._check_batch(len(q.ids))
+
+        def work() -> list[str]:
+            return list(self.model.decode(q.ids, skip_special_tokens=q.skip_special_tokens))
+
+        return Decoded(texts=await self._tokenizer_call(work))
+
+    # -- shared steps -----------------------------------------------------------------------
+
+    def _check_batch(self, n: int) -> None:
+        limit = self.settings.max_client_batch_size
+        if n > limit:
+            raise BatchSizeError(f"batch size {n} > maximum allowed batch size {limit}")
+
+    def _check_inputs(self, inputs: Sequence[Input]) -> None:
+        if not inputs:
+            raise EmptyError("`inputs` cannot be empty")
+        self._check_batch(len(inputs))
+        for inp in inputs:
+            if (isinstance(inp, str) and not inp) or (
+                isinstance(inp, tuple) and not (inp[0] or inp[1])
+            ):
+                raise EmptyError("Input validation error: `inputs` cannot be empty")
+
+    async def _run(
+        self,
+        inputs: Sequence[Input],
+        output: Output,
+        meta: Tally,
+        *,
+        truncate: bool | None,
+        direction: Direction,
+        prompt_name: str | None,
+        use_prompt: bool = True,
+    ) -> list[Result]:
+        return await self.admission.run(
+            inputs, output, meta=meta,
+            truncate=self.settings.auto_truncate if truncate is None else truncate,
+            truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
+        )  # fmt: skip
+
+    async def _forward_all(
+        self, q: EmbedAllQuery, output: Output, meta: Tally
+    ) -> list[FloatArray]:
+        self._check_inputs(q.inputs)
+        results = await self._run(
+            q.inputs, output, meta, truncate=q.truncate, direction=q.truncation_direction,
+            prompt_name=q.prompt_name,
+        )  # fmt: skip
+        return [r.value for r in results]
+
+    async def _pooled(
+        self,
+        inputs: Sequence[TextOrIds],
+        meta: Tally,
+        *,
+        truncate: bool | None,
+        direction: Direction,
+        prompt_name: str | None,
+        normalize: bool,
+        dimensions: int | None,
+    ) -> FloatArray:
+        self._check_inputs(inputs)
+        if self.output is Output.LOGITS:
+            raise ModelTypeError("Backend error: Model is not an embedding model")
+        if self.output is Output.SPARSE and normalize:
+            raise ModelTypeError("`normalize` is not available for SPLADE models")
+        if dimensions is not None and dimensions <= 0:
+            raise ValidationError("`dimensions` should be positive")
+        results = await self._run(
+            inputs, self.output, meta, truncate=truncate, direction=direction,
+            prompt_name=prompt_name,
+        )  # fmt: skip
+        try:
+            vectors = pooling.truncate_dimensions(_stack([r.value for r in results]), dimensions)
+        except rt_errors.ValidationError as e:
+            raise from_runtime(e) from e
+        return pooling.normalize(vectors) if normalize else vectors
+
+    async def _scores(
+        self,
+        inputs: Sequence[PredictInput],
+        meta: Tally,
+        *,
+        truncate: bool | None,
+        direction: Direction,
+        raw_scores: bool,
+        first_label_only: bool = False,
+    ) -> FloatArray:
+        """Per input scores: sigmoid for one label, softmax over several, or the logits."""
+        self._check_inputs(inputs)
+        results = await self._run(
+            inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
+            use_prompt=False,
+        )  # fmt: skip
+        logits = _stack([r.value for r in results])
+        if first_label_only:
+            logits = logits[:, :1]
+        scores = pooling.scores(logits, raw_scores=raw_scores)
+        if np.isnan(scores).any():
+            raise NaNScoreError()
+        return scores
+
+    async def _tokenizer_call(self, work: Callable[[], T]) -> T:
+        try:
+            return await self.offload(work)
+        except rt_errors.TeiRuntimeError as e:
+            raise from_runtime(e) from e
+
+    def _metadata(self, meta: Tally) -> Metadata:
+        return Metadata(
+            compute_chars=meta.chars,
+            compute_tokens=meta.tokens,
+            tokenization_time_ns=_ns(meta.tokenization),
+            queue_time_ns=_ns(meta.queue),
+            inference_time_ns=_ns(meta.inference),
+            total_time_ns=_ns(self.clock() - meta.start),
+        )
+
+    def _model_info(self) -> ModelInfo:
+        m = self.model.manifest
+        s = self.settings
+        model_type: dict[str, EmbeddingModel | ClassifierModel]
+        match self.task:
+            case Task.CLASSIFY | Task.RERANK:
+                id2label = {str(k): v for k, v in sorted(m.labels.items())}
+                label2id = {v: k for k, v in sorted(m.labels.items())}
+                kind = "reranker" if self.task is Task.RERANK else "classifier"
+                model_type = {kind: ClassifierModel(id2label=id2label, label2id=label2id)}
+            case Task.EMBED | Task.SPARSE:
+                pooling_name = m.pooling.value.replace("-", "_") if m.pooling else "cls"
+                model_type = {"embedding": EmbeddingModel(pooling=pooling_name)}
+        precision = self.model.precision.value
+        return ModelInfo(
+            model_id=self.model_id,
+            model_sha=s.revision or m.source.commit_sha,
+            model_dtype=_DTYPES.get(precision, precision),
+            served_model_name=self.served_model_name,
+            model_type=model_type,
+            max_concurrent_requests=s.max_concurrent_requests,
+            max_input_length=self.model.max_input_length,
+            max_batch_tokens=s.max_batch_tokens,
+            max_batch_requests=s.max_batch_requests,
+            max_client_batch_size=s.max_client_batch_size,
+            auto_truncate=s.auto_truncate,
+            tokenization_workers=s.effective_tokenization_workers(),
+            version=version(),
+            sha=os.environ.get("GIT_SHA"),
+            docker_label=os.environ.get("DOCKER_LABEL"),
+        )
+
+
+def _stack(rows: list[FloatArray]) -> FloatArray:
+    return np.stack(rows).astype(np.float32, copy=False)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)

@@ -1,0 +1,487 @@
+"""TEI's gRPC API over loopback, on the fake model: every RPC, error codes, auth, health,
+reflection, the Prometheus port, stream order and batching, cancellation, size limits.
+
+The client is generated from TEI's proto with grpcio-tools at test time (grpc_support).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+from fake_model import FakeModel
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_support import RunningGrpc, generate_client
+
+from tei_runtime.manifest import Task
+from tei_serve.serving import EmbedQuery, Serving
+from tei_serve.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def client(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModuleType, ModuleType]:
+    return generate_client(tmp_path_factory.mktemp("tei-client"))
+
+
+@pytest.fixture
+def grpc_serve(tokenizer_json: Path) -> Iterator[Callable[..., RunningGrpc]]:
+    running: list[RunningGrpc] = []
+
+    def factory(task: Task = Task.EMBED, **settings: Any) -> RunningGrpc:
+        settings.setdefault("hostname", "127.0.0.1")
+        settings.setdefault("port", 0)
+        settings.setdefault("prometheus_port", 0)
+        settings.setdefault("tokenization_workers", 2)
+        model = FakeModel(tokenizer_json, task)
+        serving = Serving(settings=Settings(grpc=True, **settings), model=model,
+                          model_id=f"fake/{task.value}")  # fmt: skip
+        r = RunningGrpc(serving)
+        running.append(r)
+        return r
+
+    yield factory
+    for r in running:
+        r.serving.model.gate.set()
+        r.stop()
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _code(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    err: Any = info.value
+    return err.code(), err.details()
+
+
+# -- every RPC --------------------------------------------------------------------------------
+
+
+def test_info(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, max_client_batch_size=7)
+    info = stubs.InfoStub(r.channel).Info(pb.InfoRequest())
+    assert info.model_id == "fake/embed"
+    assert info.model_type == pb.MODEL_TYPE_EMBEDDING
+    assert info.max_client_batch_size == 7 and info.max_concurrent_requests == 512
+    assert info.model_dtype == "float32" and info.version
+    assert not info.HasField("max_batch_requests")
+
+
+def test_embed_matches_the_core_and_fills_metadata(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    embed = stubs.EmbedStub(r.channel)
+    one = embed.Embed(pb.EmbedRequest(inputs="hello world"))
+    meta = one.metadata
+    assert meta.compute_chars == len("hello world") and meta.compute_tokens == 4
+    assert meta.total_time_ns >= meta.inference_time_ns > 0
+    raw = embed.Embed(pb.EmbedRequest(inputs="hello world", normalize=False, dimensions=8))
+    vec, raw_vec = np.asarray(one.embeddings), np.asarray(raw.embeddings)
+    assert vec.shape == (16,) and raw_vec.shape == (8,)
+    assert np.isclose(np.linalg.norm(vec), 1.0, atol=1e-5)
+    assert not np.isclose(np.linalg.norm(raw_vec), 1.0, atol=1e-3)
+    assert np.allclose(vec[:8] / np.linalg.norm(vec[:8]), raw_vec / np.linalg.norm(raw_vec),
+                       atol=1e-5)  # fmt: skip
+    stream = list(embed.EmbedStream(iter([pb.EmbedRequest(inputs=t) for t in ("a cat", "a dog")])))
+    assert [len(s.embeddings) for s in stream] == [16, 16]
+    assert not np.allclose(stream[0].embeddings, stream[1].embeddings)
+
+
+def test_embed_all_and_sparse(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
+    pb, stubs = client
+    emb = grpc_serve(Task.EMBED)
+    out = stubs.EmbedStub(emb.channel).EmbedAll(pb.EmbedAllRequest(inputs="hello world"))
+    assert len(out.token_embeddings) == 4 and len(out.token_embeddings[0].embeddings) == 16
+    streamed = list(stubs.EmbedStub(emb.channel).EmbedAllStream(
+        iter([pb.EmbedAllRequest(inputs="a"), pb.EmbedAllRequest(inputs="a big cat")])))
+    assert [len(s.token_embeddings) for s in streamed] == [3, 5]
+    sp = grpc_serve(Task.SPARSE)
+    sparse = stubs.EmbedStub(sp.channel).EmbedSparse(pb.EmbedSparseRequest(inputs="hello world"))
+    assert len(sparse.sparse_embeddings) == 4  # [CLS] hello world [SEP]
+    assert all(v.value > 0 for v in sparse.sparse_embeddings)
+    many = list(stubs.EmbedStub(sp.channel).EmbedSparseStream(
+        iter([pb.EmbedSparseRequest(inputs="a"), pb.EmbedSparseRequest(inputs="a a")])))
+    assert [len(m.sparse_embeddings) for m in many] == [3, 3]
+    code, _ = _code(lambda: stubs.EmbedStub(sp.channel).EmbedAll(pb.EmbedAllRequest(inputs="a")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_predict_pair_and_streams(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.CLASSIFY)
+    predict = stubs.PredictStub(r.channel)
+    one = predict.Predict(pb.PredictRequest(inputs="good dog"))
+    assert sorted(p.label for p in one.predictions) == ["negative", "neutral", "positive"]
+    assert np.isclose(sum(p.score for p in one.predictions), 1.0, atol=1e-5)
+    scores = [p.score for p in one.predictions]
+    assert scores == sorted(scores, reverse=True)
+    raw = predict.Predict(pb.PredictRequest(inputs="good dog", raw_scores=True))
+    assert not np.isclose(sum(p.score for p in raw.predictions), 1.0, atol=1e-3)
+    pair = predict.PredictPair(pb.PredictPairRequest(inputs=["good dog", "bad cat"]))
+    single = predict.PredictPair(pb.PredictPairRequest(inputs=["good dog"]))
+    assert [p.score for p in single.predictions] == [p.score for p in one.predictions]
+    assert pair.metadata.compute_chars == len("good dog") + len("bad cat")
+    code, text = _code(lambda: predict.PredictPair(pb.PredictPairRequest(inputs=["a", "b", "c"])))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert text == "`inputs` must have a single or two elements. Given: 3"
+    streamed = list(predict.PredictStream(iter([pb.PredictRequest(inputs="good dog")] * 3)))
+    assert [[p.score for p in s.predictions] for s in streamed] == [scores] * 3
+    pairs = list(predict.PredictPairStream(iter([
+        pb.PredictPairRequest(inputs=["good dog", "bad cat"]),
+        pb.PredictPairRequest(inputs=["good dog"])])))  # fmt: skip
+    assert [p.score for p in pairs[1].predictions] == scores
+    assert [p.score for p in pairs[0].predictions] == [p.score for p in pair.predictions]
+
+
+def test_rerank_and_rerank_stream(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.RERANK)
+    rerank = stubs.RerankStub(r.channel)
+    texts = ["paris is the capital of france", "a cat", "the big city"]
+    ranked = rerank.Rerank(pb.RerankRequest(query="what is paris", texts=texts, return_text=True))
+    assert sorted(k.index for k in ranked.ranks) == [0, 1, 2]
+    assert [k.text for k in ranked.ranks] == [texts[k.index] for k in ranked.ranks]
+    assert [k.score for k in ranked.ranks] == sorted((k.score for k in ranked.ranks),
+                                                     reverse=True)  # fmt: skip
+    # raw_scores and return_text come from the first message only, as in TEI
+    messages = [pb.RerankStreamRequest(query="what is paris", text=t, return_text=(i == 0),
+                                       raw_scores=(i == 1)) for i, t in enumerate(texts)]
+    streamed = rerank.RerankStream(iter(messages))
+    by_index = {k.index: k for k in streamed.ranks}
+    assert {i: k.score for i, k in by_index.items()} == pytest.approx(
+        {k.index: k.score for k in ranked.ranks}, abs=1e-6)
+    assert all(k.text == texts[i] for i, k in by_index.items())
+    assert streamed.metadata.compute_chars == sum(len("what is paris") + len(t) for t in texts)
+    code, text = _code(lambda: rerank.RerankStream(iter([])))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and text == "`texts` cannot be empty"
+    code, _ = _code(lambda: rerank.Rerank(pb.RerankRequest(query="q", texts=[])))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    # a reranker also answers Predict (TEI's health says so too)
+    assert stubs.PredictStub(r.channel).PredictPair(
+        pb.PredictPairRequest(inputs=["what is paris", "a cat"])).predictions
+
+
+def test_tokenize_and_decode(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    tok = stubs.TokenizeStub(r.channel)
+    plain = tok.Tokenize(pb.EncodeRequest(inputs="hello world"))
+    assert [t.text for t in plain.tokens] == ["hello", "world"]  # add_special_tokens: false
+    full = tok.Tokenize(pb.EncodeRequest(inputs="hello world", add_special_tokens=True))
+    assert [t.special for t in full.tokens] == [True, False, False, True]
+    assert not full.tokens[0].HasField("start")
+    assert (full.tokens[1].start, full.tokens[1].stop) == (0, 5)
+    ids = [t.id for t in full.tokens]
+    assert tok.Decode(pb.DecodeRequest(ids=ids, skip_special_tokens=True)).text == "hello world"
+    assert "[CLS]" in tok.Decode(pb.DecodeRequest(ids=ids)).text
+    streamed = list(tok.TokenizeStream(iter([pb.EncodeRequest(inputs=w) for w in ("a", "a cat")])))
+    assert [len(s.tokens) for s in streamed] == [1, 2]
+    decoded = list(tok.DecodeStream(iter([pb.DecodeRequest(ids=ids[1:2]),
+                                          pb.DecodeRequest(ids=ids[2:3])])))  # fmt: skip
+    assert [d.text for d in decoded] == ["hello", "world"]
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def test_error_codes(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, max_concurrent_requests=1)
+    embed, tok = stubs.EmbedStub(r.channel), stubs.TokenizeStub(r.channel)
+    # Empty -> INVALID_ARGUMENT
+    code, text = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="")))
+    assert (code, text) == (grpc.StatusCode.INVALID_ARGUMENT,
+                            "Input validation error: `inputs` cannot be empty")
+    # Validation -> INVALID_ARGUMENT (too long without truncate; bad prompt; dimensions)
+    long = " ".join(["hello"] * 40)
+    code, text = _code(lambda: embed.Embed(pb.EmbedRequest(inputs=long)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "must have less than" in text
+    assert len(embed.Embed(pb.EmbedRequest(inputs=long, truncate=True)).embeddings) == 16
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a", prompt_name="nope")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a", dimensions=0)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    # Backend (wrong model type) -> FAILED_PRECONDITION
+    code, text = _code(lambda: stubs.PredictStub(r.channel).Predict(pb.PredictRequest(inputs="a")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "not a classifier" in text
+    code, _ = _code(lambda: stubs.RerankStub(r.channel).Rerank(
+        pb.RerankRequest(query="q", texts=["a"])))  # fmt: skip
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    # Backend (the model failed) -> FAILED_PRECONDITION
+    r.serving.model.fail_batches = 1
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    # Overloaded -> RESOURCE_EXHAUSTED
+    r.serving.model.gate.clear()
+    held = embed.Embed.future(pb.EmbedRequest(inputs="a"))
+    _wait(lambda: r.serving.admission.permits.available == 0)
+    code, text = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="b")))
+    assert (code, text) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "Model is overloaded")
+    r.serving.model.gate.set()
+    assert held.result().embeddings
+    # Decode: empty ids, and ids no tokenizer has (u32 max) are answered, never a crash
+    code, _ = _code(lambda: tok.Decode(pb.DecodeRequest(ids=[])))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert tok.Decode(pb.DecodeRequest(ids=[2**32 - 1, 2**32 - 2])).text == ""
+    with pytest.raises(ValueError):  # the client's stub refuses an id over u32 itself
+        pb.DecodeRequest(ids=[2**32])
+    metrics = r.serving.metrics
+    assert metrics.counter_value("te_request_failure", "validation") >= 4
+    assert metrics.counter_value("te_request_failure", "overloaded") == 1
+    assert metrics.counter_value("te_request_failure", "model_type") == 2
+
+
+def test_unhealthy_is_unavailable_and_health_follows_the_backend(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    health = health_pb2_grpc.HealthStub(r.channel)
+
+    def status(service: str) -> int:
+        return int(health.Check(health_pb2.HealthCheckRequest(service=service)).status)
+
+    serving_, not_serving = health_pb2.HealthCheckResponse.SERVING, \
+        health_pb2.HealthCheckResponse.NOT_SERVING  # fmt: skip
+    assert {s: status(s) for s in ("", "tei.v1.Info", "tei.v1.Tokenize", "tei.v1.Embed",
+                                   "tei.v1.Predict", "tei.v1.Rerank")} == {
+        "": serving_, "tei.v1.Info": serving_, "tei.v1.Tokenize": serving_,
+        "tei.v1.Embed": serving_, "tei.v1.Predict": not_serving, "tei.v1.Rerank": not_serving,
+    }  # fmt: skip
+    r.serving.model.fail_batches = 2  # the failing batch, then the health probe
+    code, _ = _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert r.serving.worker.healthy is False
+    assert status("tei.v1.Embed") == not_serving  # the probe failed too
+    assert status("tei.v1.Info") == serving_
+    assert status("") == serving_  # the next probe works: the backend is back
+    assert status("tei.v1.Embed") == serving_
+    assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
+    # Unhealthy -> UNAVAILABLE: a call that reaches a queue that is shutting down
+    r.call(r.serving.worker.stop())
+    code, text = _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")))
+    assert (code, text) == (grpc.StatusCode.UNAVAILABLE, "server is shutting down")
+
+
+def test_auth(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, api_key="secret")
+    embed = stubs.EmbedStub(r.channel)
+    for metadata in (None, [("authorization", "Bearer wrong")], [("authorization", "secret")]):
+        code, text = _code(lambda m=metadata: embed.Embed(pb.EmbedRequest(inputs="a"),
+                                                          metadata=m))  # fmt: skip
+        assert (code, text) == (grpc.StatusCode.UNAUTHENTICATED, "No valid auth token")
+    code, _ = _code(lambda: list(embed.EmbedStream(iter([pb.EmbedRequest(inputs="a")]))))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    code, _ = _code(lambda: stubs.RerankStub(r.channel).RerankStream(iter([])))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    ok = [("authorization", "Bearer secret")]
+    assert embed.Embed(pb.EmbedRequest(inputs="a"), metadata=ok).embeddings
+    assert len(list(embed.EmbedStream(iter([pb.EmbedRequest(inputs="a")]), metadata=ok))) == 1
+    # health and reflection stay open, as in TEI
+    health = health_pb2_grpc.HealthStub(r.channel)
+    assert health.Check(health_pb2.HealthCheckRequest()).status == \
+        health_pb2.HealthCheckResponse.SERVING  # fmt: skip
+
+
+def test_reflection_lists_the_services(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    r = grpc_serve(Task.EMBED)
+    stub = reflection_pb2_grpc.ServerReflectionStub(r.channel)
+    [answer] = stub.ServerReflectionInfo(iter([
+        reflection_pb2.ServerReflectionRequest(list_services="")]))  # fmt: skip
+    names = {s.name for s in answer.list_services_response.service}
+    assert names == {"tei.v1.Info", "tei.v1.Embed", "tei.v1.Predict", "tei.v1.Rerank",
+                     "tei.v1.Tokenize", "grpc.health.v1.Health",
+                     "grpc.reflection.v1alpha.ServerReflection"}  # fmt: skip
+    [file] = stub.ServerReflectionInfo(iter([
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="tei.v1.Embed")]))
+    assert file.file_descriptor_response.file_descriptor_proto
+
+
+def test_message_over_the_payload_limit(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, payload_limit=1000)
+    code, _ = _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a " * 600)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    messages = [pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="a " * 600)]
+    code, _ = _code(lambda: list(stubs.EmbedStub(r.channel).EmbedStream(iter(messages))))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
+
+
+# -- streams: order, batching, 10,000 messages, cancellation -------------------------------------
+
+
+def test_stream_messages_batch_together_and_answer_in_order(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    model = r.serving.model
+    texts = [f"{w} cat" for w in ("hello", "big", "small", "good", "bad", "a", "the", "world")]
+    # one batch held at the gate and one prefetched, so the whole stream queues behind them
+    model.gate.clear()
+    worker = r.serving.worker
+    blocker = stubs.EmbedStub(r.channel).Embed.future(pb.EmbedRequest(inputs="warm up"))
+    _wait(model.running.is_set)
+    prefetched = stubs.EmbedStub(r.channel).Embed.future(pb.EmbedRequest(inputs="warm"))
+    _wait(lambda: worker._slot is not None and len(worker._slot) == 1)
+    answers: list[Any] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        answers.extend(stubs.EmbedStub(r.channel).EmbedStream(
+            iter([pb.EmbedRequest(inputs=t) for t in texts])))
+        done.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    _wait(lambda: len(worker.queue) == len(texts))
+    model.gate.set()
+    assert done.wait(30) and blocker.result().embeddings and prefetched.result().embeddings
+    assert model.batches == [1, 1, len(texts)]  # the whole stream in one batch
+    expected = r.call(r.serving.embed(EmbedQuery(inputs=texts))).vectors  # the core, directly
+    assert np.allclose([a.embeddings for a in answers], expected, atol=1e-6)
+
+
+def test_ten_thousand_messages_in_one_stream(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    words = ["hello", "world", "cat", "dog", "big", "small", "city", "paris"]
+    texts = [f"{words[i % 8]} {words[(i // 8) % 8]} {words[(i // 64) % 8]}" for i in range(10_000)]
+    answers = list(stubs.EmbedStub(r.channel).EmbedStream(
+        iter([pb.EmbedRequest(inputs=t) for t in texts])))  # fmt: skip
+    assert len(answers) == 10_000
+    distinct = {t: i for i, t in enumerate(texts)}
+    for t, i in list(distinct.items())[:50]:  # answer i is text i's vector
+        assert np.allclose(answers[i].embeddings, answers[texts.index(t)].embeddings)
+    assert not np.allclose(answers[0].embeddings, answers[1].embeddings)
+    model = r.serving.model
+    assert sum(model.batches) == 10_000
+    assert max(model.batches) > 1  # messages ran together, not one by one
+    assert r.serving.admission.permits.available == 512
+
+
+def test_cancelled_stream_leaves_nothing_queued(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    model = r.serving.model
+    model.gate.clear()
+    sent = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        for i in range(20):
+            yield pb.EmbedRequest(inputs=f"hello {i}")
+        sent.set()
+        threading.Event().wait(60)  # the client keeps the stream open until it cancels
+
+    call = stubs.EmbedStub(r.channel).EmbedStream(requests())
+    worker = r.serving.worker
+    _wait(lambda: len(worker.queue) + len(worker._slot or []) >= 19)
+    call.cancel()
+    _wait(lambda: r.serving.admission.permits.available == 512)  # every message's permit is back
+    model.gate.set()
+    _wait(lambda: len(worker.queue) == 0)
+    assert sum(model.batches) <= 1  # at most the batch already at the gate ran
+    assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
+
+
+# -- metrics, spans, the Prometheus port ----------------------------------------------------------
+
+
+def test_metrics_are_counted_like_http_and_served_on_the_prometheus_port(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    embed = stubs.EmbedStub(r.channel)
+    embed.Embed(pb.EmbedRequest(inputs="a"))
+    list(embed.EmbedStream(iter([pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="b")])))
+    _code(lambda: embed.Embed(pb.EmbedRequest(inputs="")))
+    text = httpx.get(f"http://127.0.0.1:{r.metrics_port}/metrics", timeout=10).text
+    assert 'te_request_count{method="single"} 4' in text
+    assert 'te_request_success{method="single"} 3' in text
+    assert 'te_request_failure{err="validation"} 1' in text
+    assert "te_embed_success 3" in text and "te_embed_duration_count 3.0" in text
+
+
+def test_spans_like_http_with_the_callers_trace(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    from concurrent import futures
+
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+    from test_tracing import PARENT_ID, TRACE_ID, Collector
+
+    pb, stubs = client
+    collector = Collector()
+    sink = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, sink)
+    sink_port = sink.add_insecure_port("127.0.0.1:0")
+    sink.start()
+    try:
+        r = grpc_serve(Task.EMBED, otlp_endpoint=f"http://127.0.0.1:{sink_port}")
+        traceparent = [("traceparent", f"00-{TRACE_ID}-{PARENT_ID}-01")]
+        stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="hello"), metadata=traceparent)
+        list(stubs.EmbedStub(r.channel).EmbedStream(iter([pb.EmbedRequest(inputs="a")])))
+        _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="")))
+        r.stop()  # flushes the spans
+    finally:
+        sink.stop(grace=None)
+    spans = [s for _, s in collector.spans() if s.name == "embed"]
+    routes = sorted({a.key: a.value for a in s.attributes}["http.route"].string_value
+                    for s in spans)  # fmt: skip
+    assert routes == ["/tei.v1.Embed/Embed", "/tei.v1.Embed/Embed", "/tei.v1.Embed/EmbedStream"]
+    ours = [s for s in spans if s.trace_id.hex() == TRACE_ID]
+    assert len(ours) == 1 and ours[0].parent_span_id.hex() == PARENT_ID
+    assert sum(1 for s in spans if s.status.code == 2) == 1  # the empty input: an error span
+    children = {s.name for _, s in collector.spans() if s.parent_span_id == ours[0].span_id}
+    assert children == {"tokenize", "queue", "inference"}
+
+
+def test_graceful_stop_answers_the_calls_in_flight(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    import asyncio
+
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    model = r.serving.model
+    model.gate.clear()
+    embed = stubs.EmbedStub(r.channel)
+    in_flight = embed.Embed.future(pb.EmbedRequest(inputs="hello world"))
+    _wait(model.running.is_set)
+    stopping = asyncio.run_coroutine_threadsafe(r.front.stop(grace=30), r.loop)
+    _wait(lambda: r.front.health._gracefully_shutting_down)
+    assert not stopping.done()  # stop waits for the call the model holds
+    model.gate.set()
+    assert len(in_flight.result(timeout=30).embeddings) == 16  # answered, not cancelled
+    stopping.result(timeout=30)
+    r.stopped = True
+    r.channel.close()
+    r.loop.call_soon_threadsafe(r.loop.stop)
+    r.thread.join(timeout=30)
