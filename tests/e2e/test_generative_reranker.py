@@ -213,3 +213,31 @@ def test_served_refuses_a_single_text(served: Running) -> None:
     r = served.client.post("/predict", json={"inputs": "just one text"})
     assert r.status_code == 422
     assert "pairs" in r.json()["error"]
+
+
+def test_grpc_rerank_goes_through_the_same_core(
+    exported: Exported, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from grpc_support import RunningGrpc, generate_client
+
+    import tei_runtime
+    from tei_serve.serving import Serving
+    from tei_serve.settings import Settings
+
+    pb, stubs = generate_client(tmp_path_factory.mktemp("tei-client"))
+    model = tei_runtime.load(exported.artifact, device="cpu", dtype="float32")
+    settings = Settings(hostname="127.0.0.1", port=0, prometheus_port=0,
+                        tokenization_workers=2, grpc=True)  # fmt: skip
+    running = RunningGrpc(Serving(settings=settings, model=model, model_id="tiny-reranker"))
+    try:
+        ranks = stubs.RerankStub(running.channel).Rerank(
+            pb.RerankRequest(query=QUERY, texts=DOCUMENTS, raw_scores=True, truncate=True)
+        ).ranks
+    finally:
+        running.stop()
+    pairs = [(QUERY, d) for d in DOCUMENTS]
+    reference = card_logit_difference(
+        exported.checkpoint, pairs, DEFAULT_INSTRUCTION, model.max_input_length
+    )
+    got = {k.index: k.score for k in ranks}
+    assert max(abs(got[i] - float(reference[i])) for i in got) <= TOLERANCE
