@@ -139,6 +139,16 @@ def _export(
         )
     if plan.task is Task.EMBED and checkpoint.st_pooling is None and pooling is None:
         progress.note(f"no 1_Pooling/config.json: using the card's default pooling {plan.pooling}")
+    if (
+        plan.task is Task.EMBED
+        and plan.card.generative_reranker is not None
+        and checkpoint.architecture.endswith("ForCausalLM")
+        and checkpoint.st_pooling is None
+    ):
+        progress.note(
+            f"{checkpoint.architecture} exported as an embedder (last token); a generative "
+            f"reranker of this family (Qwen3-Reranker) needs --task rerank"
+        )
     if plan.card.fusion.attention_unfused_reason:
         progress.note(f"attention stays unfused: {plan.card.fusion.attention_unfused_reason}")
 
@@ -269,6 +279,7 @@ def _build(
         tokenizer_files=list(tokenizer_files),
         tokenizer_sha256={name: sha256_file(work / name) for name in tokenizer_files},
         variants=variants,
+        generative_rerank=plan.generative_rerank,
     )
     (work / MANIFEST_NAME).write_bytes(encode_manifest(manifest))
     return manifest

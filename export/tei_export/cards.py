@@ -16,6 +16,8 @@ class Head(enum.StrEnum):
     BASE = "base"
     SEQUENCE_CLASSIFICATION = "sequence-classification"
     MASKED_LM = "masked-lm"
+    CAUSAL_LM = "causal-lm"
+    """A generative reranker: the LM head's "yes" and "no" rows at the last position."""
 
 
 class Fusion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -46,6 +48,19 @@ class Aliases(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     max_position_embeddings: str = "max_position_embeddings"
 
 
+class RerankerPrompt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How this family's generative rerankers are prompted (their model card's code); the
+    exporter resolves the answer tokens to ids with the checkpoint's tokenizer."""
+
+    prefix: str
+    template: str
+    """With `{instruction}`, `{query}` and `{document}` placeholders."""
+    suffix: str
+    default_instruction: str
+    yes_token: str = "yes"
+    no_token: str = "no"
+
+
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     family: str
     model_types: list[str]
@@ -71,6 +86,9 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     aliases: Aliases = msgspec.field(default_factory=Aliases)
     fusion: Fusion
     tolerance: Tolerance = msgspec.field(default_factory=Tolerance)
+    generative_reranker: RerankerPrompt | None = None
+    """Set for a family whose causal LMs serve as generative rerankers (`--task rerank` on a
+    *ForCausalLM checkpoint); needs the causal-lm head."""
 
 
 class CardError(Exception):

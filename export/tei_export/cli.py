@@ -59,7 +59,9 @@ def parser() -> argparse.ArgumentParser:
         "--task",
         type=Task,
         choices=list(Task),
-        help="override task detection (default: from the architecture, as TEI does)",
+        help="override task detection (default: from the architecture, as TEI does); "
+        "`--task rerank` on a *ForCausalLM exports a generative reranker (Qwen3-Reranker: "
+        "the yes/no answer logits, prompt from the model card)",
     )
     p.add_argument(
         "--pooling",

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import msgspec
 
-from tei_export.cards import Head, ModelCard, find_card
+from tei_export.cards import Head, ModelCard, RerankerPrompt, find_card, load_cards
 from tei_export.checkpoint import Checkpoint
 from tei_export.errors import ExportError
-from tei_runtime.manifest import Pooling, Precision, Task
+from tei_runtime.manifest import AnswerPrompt, GenerativeRerank, Pooling, Precision, Task
 
 ALL_PRECISIONS = (Precision.FP32, Precision.FP16, Precision.INT8)
 
@@ -36,6 +36,8 @@ class ExportPlan(msgspec.Struct, frozen=True, kw_only=True):
     opset: int
     dense_dirs: list[str]
     """Dense module folders, applied in order after pooling."""
+    generative_rerank: GenerativeRerank | None = None
+    """A causal LM exported as a reranker: its prompt and answer token ids."""
 
 
 def detect_task(architecture: str, labels: dict[int, str], pooling: Pooling | None) -> Task:
@@ -48,6 +50,59 @@ def detect_task(architecture: str, labels: dict[int, str], pooling: Pooling | No
             raise ExportError(f"--pooling splade needs a *ForMaskedLM model, not {architecture}")
         return Task.SPARSE
     return Task.EMBED
+
+
+def is_generative_reranker(architecture: str, task: Task) -> bool:
+    """A causal LM is a generative reranker only when asked for (`--task rerank`): TEI's rule
+    makes every *ForCausalLM an embedder, and Qwen3-Embedding and Qwen3-Reranker share one
+    architecture name, so nothing in the checkpoint tells them apart reliably."""
+    return task is Task.RERANK and architecture.endswith("ForCausalLM")
+
+
+def answer_prompt(prompt: RerankerPrompt, tokenizer_json: Path) -> AnswerPrompt:
+    """The card's prompt with its answer tokens resolved by the checkpoint's tokenizer (as the
+    model card's `convert_tokens_to_ids("yes")`)."""
+    import tokenizers  # type: ignore[import-untyped,unused-ignore]
+
+    try:
+        prompt.template.format(instruction="", query="", document="")
+    except (KeyError, IndexError, ValueError) as e:
+        raise ExportError(
+            f"generative reranker template {prompt.template!r}: only the placeholders "
+            f"{{instruction}}, {{query}} and {{document}} are allowed ({e!r})"
+        ) from e
+    tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_json))
+    ids = {}
+    for token in (prompt.yes_token, prompt.no_token):
+        found = tokenizer.token_to_id(token)
+        if found is None:
+            raise ExportError(
+                f"{tokenizer_json}: the answer token {token!r} is not in the vocabulary; a "
+                f"generative reranker answers with single {prompt.yes_token!r} / "
+                f"{prompt.no_token!r} tokens"
+            )
+        ids[token] = int(found)
+    return AnswerPrompt(
+        prefix=prompt.prefix,
+        template=prompt.template,
+        suffix=prompt.suffix,
+        default_instruction=prompt.default_instruction,
+        yes_token=prompt.yes_token,
+        no_token=prompt.no_token,
+        yes_token_id=ids[prompt.yes_token],
+        no_token_id=ids[prompt.no_token],
+    )
+
+
+def _generative_rerank(card: ModelCard, checkpoint: Checkpoint) -> GenerativeRerank:
+    if card.generative_reranker is None:
+        having = [c.family for c in load_cards() if c.generative_reranker is not None]
+        raise ExportError(
+            f"--task rerank on {checkpoint.architecture}: the {card.family} card has no "
+            f"generative reranker prompt (families with one: {', '.join(having) or 'none'})"
+        )
+    prompt = answer_prompt(card.generative_reranker, checkpoint.path / "tokenizer.json")
+    return GenerativeRerank(prompt=prompt)
 
 
 def _head(task: Task) -> Head:
@@ -91,7 +146,9 @@ def make_plan(
     task = task or detected
     if task is Task.SPARSE:
         chosen_pooling = Pooling.SPLADE
-    head = _head(task)
+    generative = is_generative_reranker(checkpoint.architecture, task)
+    generative_rerank = _generative_rerank(card, checkpoint) if generative else None
+    head = Head.CAUSAL_LM if generative else _head(task)
     if head not in card.heads:
         supported = ", ".join(h.value for h in card.heads)
         raise ExportError(
@@ -146,11 +203,21 @@ def make_plan(
         outputs=outputs,
         padding_side=checkpoint.padding_side or card.padding_side,
         truncation_side=checkpoint.truncation_side or "right",
-        labels=checkpoint.labels if task in (Task.RERANK, Task.CLASSIFY) else {},
+        labels=_labels(checkpoint, task, generative_rerank),
         precisions=list(precisions or ALL_PRECISIONS),
         opset=opset,
         dense_dirs=[str(folder) for folder in dense],
+        generative_rerank=generative_rerank,
     )
+
+
+def _labels(
+    checkpoint: Checkpoint, task: Task, generative: GenerativeRerank | None
+) -> dict[int, str]:
+    if generative is not None:
+        # One score, the probability of the "yes" answer.
+        return {0: generative.prompt.yes_token}
+    return checkpoint.labels if task in (Task.RERANK, Task.CLASSIFY) else {}
 
 
 def choose_dense(root: Path, dense_path: str) -> Path:

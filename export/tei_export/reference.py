@@ -38,9 +38,16 @@ def pool(tokens: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Te
 class ExportModule(torch.nn.Module):
     """Positional graph inputs in `plan.inputs` order -> the outputs in `plan.outputs`."""
 
-    def __init__(self, model: torch.nn.Module, plan: ExportPlan, dense: list[torch.nn.Module]):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        plan: ExportPlan,
+        dense: list[torch.nn.Module],
+        answer_head: AnswerHead | None = None,
+    ):
         super().__init__()
         self.model = model
+        self.answer_head = answer_head
         self.dense = torch.nn.ModuleList(dense)
         self.input_names = list(plan.inputs)
         self.head = plan.head
@@ -57,6 +64,8 @@ class ExportModule(torch.nn.Module):
             activations = torch.log1p(torch.relu(out["logits"])) * mask.unsqueeze(-1)
             return activations.max(dim=1).values
         tokens = out["last_hidden_state"]
+        if self.answer_head is not None:
+            return self.answer_head(pool(tokens, mask, Pooling.LAST_TOKEN))
         if not len(self.dense):
             return tokens
         assert self.pooling is not None
@@ -85,6 +94,28 @@ class ExportModule(torch.nn.Module):
         return kwargs
 
 
+class AnswerHead(torch.nn.Module):
+    """A generative reranker's head: the LM head cut to the rows of its two answer tokens, so
+    the graph computes two logits per row instead of the whole vocabulary's, and returns
+    yes minus no ([batch, 1]) at the last real position."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, lm_head: torch.nn.Module, no_id: int, yes_id: int):
+        super().__init__()
+        weight = lm_head.weight
+        bias = getattr(lm_head, "bias", None)
+        assert isinstance(weight, torch.Tensor)
+        rows = [no_id, yes_id]
+        self.register_buffer("weight", weight.detach()[rows].clone())
+        self.register_buffer("bias", None if bias is None else bias.detach()[rows].clone())
+
+    def forward(self, last: torch.Tensor) -> torch.Tensor:
+        logits = torch.nn.functional.linear(last, self.weight, self.bias)  # [batch, (no, yes)]
+        return logits[:, 1:] - logits[:, :1]
+
+
 def decoder_positions(mask: torch.Tensor) -> torch.Tensor:
     """0, 1, 2, ... over the real tokens of each row, whichever side the padding is on."""
     return (mask.long().cumsum(dim=1) - 1).clamp(min=0)
@@ -97,6 +128,7 @@ def _auto_class(head: Head) -> Any:
         Head.BASE: transformers.AutoModel,
         Head.SEQUENCE_CLASSIFICATION: transformers.AutoModelForSequenceClassification,
         Head.MASKED_LM: transformers.AutoModelForMaskedLM,
+        Head.CAUSAL_LM: transformers.AutoModelForCausalLM,
     }[head]
 
 
@@ -115,12 +147,20 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
         raise ExportError(f"{path}: cannot load the weights: {reason}") from e
     _restore_init_buffers(model)
     model.eval()
+    answer_head = None
+    if plan.generative_rerank is not None:
+        # The decoder path as for an embedder, then the two answer rows of the LM head.
+        prompt = plan.generative_rerank.prompt
+        answer_head = AnswerHead(
+            model.get_output_embeddings(), prompt.no_token_id, prompt.yes_token_id
+        )
+        model = model.base_model
     dense: list[torch.nn.Module] = []
     if plan.dense_dirs:
         from sentence_transformers.sentence_transformer.modules import Dense
 
         dense = [Dense.load(str(folder)).eval() for folder in plan.dense_dirs]
-    return ExportModule(model, plan, dense).eval()
+    return ExportModule(model, plan, dense, answer_head).eval()
 
 
 def _restore_init_buffers(model: Any) -> None:

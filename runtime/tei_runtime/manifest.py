@@ -82,6 +82,35 @@ class Prompts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     default_prompt_name: str | None = None
 
 
+class AnswerPrompt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A generative reranker's prompt (Qwen3-Reranker's layout): each (query, document) pair
+    becomes `prefix + template + suffix`, and the relevance is the model's next-token
+    preference for the "yes" answer over the "no" one at the last position."""
+
+    prefix: str
+    """Tokenized as it is before the formatted pair: the system prompt and the user turn's
+    opening."""
+    template: str
+    """The pair, with `{instruction}`, `{query}` and `{document}` placeholders; this part alone
+    is truncated to fit the model's input length, as the model card does."""
+    suffix: str
+    """Tokenized as it is after the pair: the end of the user turn and the answer's opening."""
+    default_instruction: str
+    """Used when a request gives no `instruction`."""
+    yes_token: str
+    no_token: str
+    yes_token_id: int
+    no_token_id: int
+
+
+class GenerativeRerank(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Set on a rerank artifact exported from a causal LM: its `logits` output is the last
+    position's logit of `yes_token` minus that of `no_token` ([batch, 1]); its sigmoid is the
+    model card's softmax over the (no, yes) pair."""
+
+    prompt: AnswerPrompt
+
+
 class Toolchain(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     tei_onnx: str
     torch: str
@@ -118,6 +147,9 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     tokenizer_files: list[str]
     tokenizer_sha256: dict[str, str]
     variants: list[Variant]
+    generative_rerank: GenerativeRerank | None = None
+    """A generative reranker (a causal LM answering yes/no): how pairs become its prompt.
+    Absent in every other artifact (and in artifacts written before it existed)."""
 
     def variant(self, precision: Precision) -> Variant:
         for v in self.variants:
@@ -132,7 +164,12 @@ class _VersionOnly(msgspec.Struct):
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n"
+    fields = msgspec.to_builtins(manifest)
+    if manifest.generative_rerank is None:
+        # Every other artifact is written as before the field existed, so readers that
+        # predate it (unknown fields are refused) still read them.
+        del fields["generative_rerank"]
+    return msgspec.json.format(msgspec.json.encode(fields), indent=2) + b"\n"
 
 
 def decode_manifest(data: bytes, *, where: str = MANIFEST_NAME) -> Manifest:

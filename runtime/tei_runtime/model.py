@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tei_runtime import pooling
+from tei_runtime.answer_prompt import PromptedPairs
 from tei_runtime.backend import Output
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import ManifestError, ValidationError
@@ -98,6 +99,9 @@ class Model:
         self._left_pad = manifest.padding_side == "left"
         self._truncation_side: Direction = "left" if manifest.truncation_side == "left" else "right"
         self.dimension: int = backend.output_dims.get(SENTENCE_EMBEDDING) or manifest.hidden_size
+        generative = manifest.generative_rerank
+        self._pairs = None if generative is None else PromptedPairs(generative.prompt, tokenizer)
+        """A generative reranker's prompt: every pair is tokenized through it."""
         """Width of forward_embed's vectors (before any matryoshka truncation)."""
 
     # ---- tokenization -------------------------------------------------------------------
@@ -128,11 +132,25 @@ class Model:
         prompt_name: str | None = None,
         prompt: str | None = None,
         add_special_tokens: bool = True,
+        instruction: str | None = None,
     ) -> list[Encoding]:
         """Tokenize: strings, (query, passage) pairs, or token id lists used as they are.
 
-        truncation_direction None means the manifest's truncation_side.
+        truncation_direction None means the manifest's truncation_side. A generative reranker
+        puts each pair into its prompt, with `instruction` (default: the model card's).
         """
+        if self._pairs is not None:
+            return self._pairs.encode(
+                inputs,
+                instruction=instruction,
+                truncate=truncate,
+                truncation_direction=truncation_direction or self._truncation_side,
+            )
+        if instruction is not None:
+            raise ValidationError(
+                "`instruction` applies to generative rerankers (Qwen3-Reranker) only; "
+                "this model does not take one"
+            )
         return self.tokenizer.encode(
             inputs,
             truncate=truncate,
@@ -353,14 +371,20 @@ class Model:
         prompt_name: str | None = None,
         prompt: str | None = None,
         batch_tokens: int | None = None,
+        instruction: str | None = None,
     ) -> FloatArray:
-        """[n, labels] scores: sigmoid for one label, softmax for several, logits if raw."""
+        """[n, labels] scores: sigmoid for one label, softmax for several, logits if raw.
+
+        A generative reranker's one score is sigmoid(yes - no) (raw: yes - no), for
+        (query, document) pairs put into its prompt with `instruction`.
+        """
         encodings = self.encode(
             inputs,
             truncate=truncate,
             truncation_direction=truncation_direction,
             prompt_name=prompt_name,
             prompt=prompt,
+            instruction=instruction,
         )
         rows = self._map(encodings, _rows(self.forward_logits), batch_tokens)
         return pooling.scores(

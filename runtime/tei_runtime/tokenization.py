@@ -171,6 +171,14 @@ class Tokenizer:
                 )
         return [e for e in out if e is not None]
 
+    def ids_without_specials(self, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        """Token ids of each text as it is: no special tokens added, no truncation."""
+        try:
+            encoded = self._plain.encode_batch(list(texts), add_special_tokens=False)
+        except Exception as e:  # tokenizers raises bare Exception
+            raise TokenizerError(str(e)) from e
+        return [tuple(enc.ids) for enc in encoded]
+
     def _from_ids(self, ids: tuple[int, ...], truncate: bool, direction: Direction) -> Encoding:
         limit = self.max_input_length
         if len(ids) > limit:

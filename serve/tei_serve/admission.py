@@ -102,6 +102,7 @@ class Admission:
         prompt_name: str | None,
         meta: Tally,
         use_prompt: bool = True,
+        instruction: str | None = None,
     ) -> Sequence[Encoding]:
         prompt: str | None = None
         if use_prompt and prompt_name is None:
@@ -114,6 +115,7 @@ class Admission:
             truncation_direction=truncation_direction,
             prompt_name=prompt_name if use_prompt else None,
             prompt=prompt,
+            instruction=instruction,
         )
         started = self.clock()
         try:
@@ -145,6 +147,7 @@ class Admission:
         prompt_name: str | None = None,
         meta: Tally,
         use_prompt: bool = True,
+        instruction: str | None = None,
     ) -> list[Result]:
         """Admit, tokenize, queue and await every input of one request."""
         with self.permits.take(len(inputs)):
@@ -155,6 +158,7 @@ class Admission:
                 prompt_name=prompt_name,
                 meta=meta,
                 use_prompt=use_prompt,
+                instruction=instruction,
             )
             futures = [self.worker.submit(enc, output) for enc in encodings]
             try:

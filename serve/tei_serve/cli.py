@@ -19,11 +19,12 @@ import uvicorn
 
 from tei_runtime.backend import output_for_task
 from tei_runtime.errors import TeiRuntimeError
+from tei_runtime.manifest import Task
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
 from tei_serve.http.app import build_app
 from tei_serve.metrics_port import MetricsPortError
-from tei_serve.model import ServedModel
+from tei_serve.model import Input, ServedModel
 from tei_serve.model_source import ModelSourceError, resolve
 from tei_serve.serving import Serving
 from tei_serve.settings import Settings, SettingsError, load_settings
@@ -107,7 +108,10 @@ def warm_up(model: ServedModel, settings: Settings) -> None:
     count = max(1, settings.max_batch_tokens // max(1, length))
     if settings.max_batch_requests is not None:
         count = min(count, settings.max_batch_requests)
-    [one] = model.encode(["warm up " * length], truncate=True)
+    text = "warm up " * length
+    # Rerankers get a pair: a generative one takes nothing else.
+    item: Input = (text, text) if model.manifest.task is Task.RERANK else text
+    [one] = model.encode([item], truncate=True)
     pieces = length_sorted_groups([len(one)] * count, model.packing)
     forward_in_pieces(model, output_for_task(model.manifest.task), [one] * len(pieces[0]))
 

@@ -39,6 +39,7 @@ class ServedModel(Backend, Protocol):
         prompt_name: str | None = None,
         prompt: str | None = None,
         add_special_tokens: bool = True,
+        instruction: str | None = None,
     ) -> Sequence[Encoding]: ...
 
     def tokenize(

@@ -146,6 +146,8 @@ class PredictQuery(msgspec.Struct, frozen=True, kw_only=True):
     truncate: bool | None = None
     truncation_direction: Direction = "right"
     raw_scores: bool = False
+    instruction: str | None = None
+    """A generative reranker's instruction (None: its model card's default)."""
 
 
 class RerankQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,6 +157,8 @@ class RerankQuery(msgspec.Struct, frozen=True, kw_only=True):
     truncation_direction: Direction = "right"
     raw_scores: bool = False
     return_text: bool = False
+    instruction: str | None = None
+    """A generative reranker's instruction (None: its model card's default)."""
 
 
 class TokenizeQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -346,7 +350,9 @@ class Serving:
         """Return when the model answers; `UnhealthyError` when it does not (a probe runs only
         after a failed batch)."""
         if not self.worker.healthy:
-            [probe] = await self.offload(lambda: self.model.encode(["health"], truncate=True))
+            # A pair: every reranker takes one (a generative one takes nothing else).
+            probe_input: Input = ("health", "health") if self.task is Task.RERANK else "health"
+            [probe] = await self.offload(lambda: self.model.encode([probe_input], truncate=True))
             await self.worker.probe(probe, self.output)
         if not self.worker.healthy:
             raise UnhealthyError()
@@ -419,7 +425,7 @@ class Serving:
             raise ModelTypeError("Backend error: Model is not a classifier model")
         scores = await self._scores(
             q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
-            raw_scores=q.raw_scores,
+            raw_scores=q.raw_scores, instruction=q.instruction,
         )  # fmt: skip
         labels = self.model.manifest.labels
         predictions = []
@@ -439,6 +445,7 @@ class Serving:
         scores = await self._scores(
             [(q.query, t) for t in q.texts], meta, truncate=q.truncate,
             direction=q.truncation_direction, raw_scores=q.raw_scores, first_label_only=True,
+            instruction=q.instruction,
         )  # fmt: skip
         ranks = [
             Rank(index=i, score=float(row[0]), text=q.texts[i] if q.return_text else None)
@@ -500,11 +507,13 @@ class Serving:
         direction: Direction,
         prompt_name: str | None,
         use_prompt: bool = True,
+        instruction: str | None = None,
     ) -> list[Result]:
         return await self.admission.run(
             inputs, output, meta=meta,
             truncate=self.settings.auto_truncate if truncate is None else truncate,
             truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
+            instruction=instruction,
         )  # fmt: skip
 
     async def _forward_all(
@@ -554,12 +563,13 @@ class Serving:
         direction: Direction,
         raw_scores: bool,
         first_label_only: bool = False,
+        instruction: str | None = None,
     ) -> FloatArray:
         """Per input scores: sigmoid for one label, softmax over several, or the logits."""
         self._check_inputs(inputs)
         results = await self._run(
             inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
-            use_prompt=False,
+            use_prompt=False, instruction=instruction,
         )  # fmt: skip
         logits = _stack([r.value for r in results])
         if first_label_only:

@@ -145,7 +145,10 @@ class FakeModel:
 
     def encode(self, inputs: Sequence[object], *, truncate: bool = True,
                truncation_direction: str = "right", prompt_name: str | None = None,
-               prompt: str | None = None, add_special_tokens: bool = True) -> list[Encoding]:
+               prompt: str | None = None, add_special_tokens: bool = True,
+               instruction: str | None = None) -> list[Encoding]:
+        if instruction is not None:
+            raise rt_errors.ValidationError("`instruction` applies to generative rerankers only")
         prefix = prompt
         if prompt_name is not None:
             try:

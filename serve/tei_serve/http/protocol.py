@@ -39,6 +39,8 @@ class PredictRequest(msgspec.Struct, frozen=True, kw_only=True):
     truncate: bool | None = None
     truncation_direction: WireDirection = "right"
     raw_scores: bool = False
+    instruction: str | None = None
+    """Generative rerankers only (not in TEI's API): the instruction in their prompt."""
 
 
 class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +50,8 @@ class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
     truncation_direction: WireDirection = "right"
     raw_scores: bool = False
     return_text: bool = False
+    instruction: str | None = None
+    """Generative rerankers only (not in TEI's API): the instruction in their prompt."""
 
 
 class SimilarityInput(msgspec.Struct, frozen=True, kw_only=True):

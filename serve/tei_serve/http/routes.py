@@ -206,6 +206,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
         q = PredictQuery(
             inputs=inputs, truncate=req.truncate, raw_scores=req.raw_scores,
             truncation_direction=direction_of(req.truncation_direction),
+            instruction=req.instruction,
         )  # fmt: skip
         r = await observe(request, "predict", _method(batch), "predict", len(inputs),
                            serving.predict(q))  # fmt: skip
@@ -216,7 +217,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
         q = RerankQuery(
             query=req.query, texts=req.texts, truncate=req.truncate, raw_scores=req.raw_scores,
             truncation_direction=direction_of(req.truncation_direction),
-            return_text=req.return_text,
+            return_text=req.return_text, instruction=req.instruction,
         )  # fmt: skip
         r = await observe(request, "rerank", "batch", "predict", len(req.texts),
                            serving.rerank(q))  # fmt: skip

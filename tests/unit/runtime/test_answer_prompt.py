@@ -1,0 +1,97 @@
+"""A generative reranker's pairs: the prompt, the instruction and where truncation cuts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+from rt_artifacts import ArtifactFactory, Built
+
+from support.tiny_rerankers import build_qwen_tokenizer
+from tei_runtime.answer_prompt import PromptedPairs, format_pair
+from tei_runtime.errors import InputTooLongError, ValidationError
+from tei_runtime.manifest import (
+    MANIFEST_NAME,
+    AnswerPrompt,
+    GenerativeRerank,
+    Task,
+    decode_manifest,
+    encode_manifest,
+    read_manifest,
+)
+from tei_runtime.tokenization import Tokenizer
+
+PROMPT = AnswerPrompt(
+    prefix="<|im_start|>system\nsay yes or no<|im_end|>\n<|im_start|>user\n",
+    template="<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}",
+    suffix="<|im_end|>\n<|im_start|>assistant\n",
+    default_instruction="find it",
+    yes_token="yes", no_token="no", yes_token_id=1, no_token_id=2,
+)  # fmt: skip
+
+
+@pytest.fixture
+def tokenizer(tmp_path: Path) -> Tokenizer:
+    path = tmp_path / "tokenizer.json"
+    build_qwen_tokenizer().save(str(path))
+    return Tokenizer(path, max_input_length=120)
+
+
+def test_format_pair_uses_the_default_or_the_given_instruction() -> None:
+    assert format_pair(PROMPT, "q {x}", "d", None) == (
+        "<Instruct>: find it\n<Query>: q {x}\n<Document>: d"
+    )
+    assert format_pair(PROMPT, "q", "d", "other").startswith("<Instruct>: other\n")
+
+
+def test_pairs_are_prefix_pair_suffix(tokenizer: Tokenizer) -> None:
+    pairs = PromptedPairs(PROMPT, tokenizer)
+    [enc] = pairs.encode([("q", "d")], instruction=None, truncate=True,
+                         truncation_direction="right")  # fmt: skip
+    whole = PROMPT.prefix + format_pair(PROMPT, "q", "d", None) + PROMPT.suffix
+    assert enc.ids == tokenizer.ids_without_specials([whole])[0]
+    [other] = pairs.encode([("q", "d")], instruction="x", truncate=True,
+                           truncation_direction="right")  # fmt: skip
+    assert other.ids != enc.ids
+
+
+def test_truncation_cuts_the_pair_never_the_prompt(tokenizer: Tokenizer) -> None:
+    pairs = PromptedPairs(PROMPT, tokenizer)
+    long = "word " * 200
+    [enc] = pairs.encode([("q", long)], instruction=None, truncate=True,
+                         truncation_direction="right")  # fmt: skip
+    assert len(enc.ids) == 120
+    assert enc.ids[: len(pairs.prefix_ids)] == pairs.prefix_ids
+    assert enc.ids[-len(pairs.suffix_ids) :] == pairs.suffix_ids
+    with pytest.raises(InputTooLongError):
+        pairs.encode([("q", long)], instruction=None, truncate=False,
+                     truncation_direction="right")  # fmt: skip
+
+
+def test_single_texts_are_refused_and_token_ids_pass(tokenizer: Tokenizer) -> None:
+    pairs = PromptedPairs(PROMPT, tokenizer)
+    with pytest.raises(ValidationError, match="pairs"):
+        pairs.encode(["alone"], instruction=None, truncate=True, truncation_direction="right")
+    [enc] = pairs.encode([[5, 6, 7]], instruction=None, truncate=True,
+                         truncation_direction="right")  # fmt: skip
+    assert enc.ids == (5, 6, 7)
+
+
+def test_other_artifacts_are_written_and_read_as_before(embed_artifact: Built) -> None:
+    data = (embed_artifact.root / MANIFEST_NAME).read_bytes()
+    assert b"generative_rerank" not in data
+    assert read_manifest(embed_artifact.root).generative_rerank is None
+    with_prompt = msgspec.structs.replace(
+        embed_artifact.manifest, generative_rerank=GenerativeRerank(prompt=PROMPT)
+    )
+    assert decode_manifest(encode_manifest(with_prompt)) == with_prompt
+
+
+def test_an_instruction_for_a_cross_encoder_is_refused(make_artifact: ArtifactFactory) -> None:
+    import tei_runtime
+
+    model = tei_runtime.load(make_artifact(task=Task.RERANK, labels=1).root)
+    assert model.predict([("q", "d")]).shape == (1, 1)
+    with pytest.raises(ValidationError, match="generative rerankers"):
+        model.predict([("q", "d")], instruction="find it")
