@@ -130,10 +130,13 @@ class FakeModel:
         self.delay = 0.0
         self.fail_batches = 0
         self.batches: list[int] = []
+        self.at_gate = 0
+        """Size of the last batch that reached the gate (held there while it is clear)."""
         self.running = threading.Event()
         """Set while a forward pass is running (after the gate)."""
 
     def _before(self, batch: Sequence[Encoding]) -> None:
+        self.at_gate = len(batch)
         self.running.set()
         self.gate.wait()
         if self.delay:
