@@ -21,7 +21,8 @@ from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
-from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
+from tei_serve.errors import ClientGoneError, UnauthorizedError
+from tei_serve.http.body import read_body
 from tei_serve.http.protocol import (
     ENCODER,
     DecodeRequest,
@@ -99,17 +100,6 @@ async def until_disconnect(request: AnyRequest, work: Coroutine[Any, Any, T]) ->
     raise ClientGoneError("client disconnected")
 
 
-def _is_json(content_type: str) -> bool:
-    mime = content_type.split(";", 1)[0].strip().lower()
-    return mime == JSON or (mime.startswith("application/") and mime.endswith("+json"))
-
-
-async def read_body(request: AnyRequest) -> bytes:
-    if not _is_json(request.headers.get("content-type", "")):
-        raise BodyError("Expected request with `Content-Type: application/json`", status=415)
-    return await request.body()
-
-
 def _ms(ns: int) -> str:
     return str(ns // 1_000_000)
 
@@ -144,6 +134,9 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
             raise UnauthorizedError()
 
     guards = [auth_guard]
+
+    def body_of(request: AnyRequest) -> Awaitable[bytes]:
+        return read_body(request, settings.payload_limit)
 
     def respond(content: bytes, meta: Metadata | None = None) -> Response[bytes]:
         headers = timing_headers(meta, compute_type) if meta is not None else None
@@ -226,11 +219,11 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/embed", guards=guards)
     async def embed(request: AnyRequest) -> Response[bytes]:
-        return await run_embed(request, await read_body(request))
+        return await run_embed(request, await body_of(request))
 
     @post("/embed_all", guards=guards)
     async def embed_all(request: AnyRequest) -> Response[bytes]:
-        q, batch = embed_all_query(decode(await read_body(request), EmbedAllRequest))
+        q, batch = embed_all_query(decode(await body_of(request), EmbedAllRequest))
         r = await observe(request, "embed_all", _method(batch), "embed", len(q.inputs),
                            serving.embed_all(q))  # fmt: skip
         content = await serving.offload(lambda: ENCODER.encode([v.tolist() for v in r.vectors]))
@@ -238,11 +231,11 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/embed_sparse", guards=guards)
     async def embed_sparse(request: AnyRequest) -> Response[bytes]:
-        return await run_embed_sparse(request, await read_body(request))
+        return await run_embed_sparse(request, await body_of(request))
 
     @post(["/v1/embeddings", "/embeddings"], guards=guards)
     async def openai_embed(request: AnyRequest) -> Response[bytes]:
-        req = decode(await read_body(request), OpenAIRequest)
+        req = decode(await body_of(request), OpenAIRequest)
         inputs, batch = parse_inputs(req.input, field="input")
         q = OpenAIQuery(inputs=inputs, model=req.model, dimensions=req.dimensions)
         r = await observe(request, "openai_embed", _method(batch), "embed", len(inputs),
@@ -263,19 +256,19 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/similarity", guards=guards)
     async def similarity(request: AnyRequest) -> Response[bytes]:
-        return await run_similarity(request, await read_body(request))
+        return await run_similarity(request, await body_of(request))
 
     @post("/predict", guards=guards)
     async def predict(request: AnyRequest) -> Response[bytes]:
-        return await run_predict(request, await read_body(request))
+        return await run_predict(request, await body_of(request))
 
     @post("/rerank", guards=guards)
     async def rerank(request: AnyRequest) -> Response[bytes]:
-        return await run_rerank(request, await read_body(request))
+        return await run_rerank(request, await body_of(request))
 
     @post(["/", "/invocations"], guards=guards)
     async def invocations(request: AnyRequest) -> Response[bytes]:
-        body = await read_body(request)
+        body = await body_of(request)
         match serving.task:
             case Task.CLASSIFY:
                 return await run_predict(request, body)
@@ -292,7 +285,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/tokenize", guards=guards)
     async def tokenize(request: AnyRequest) -> Response[bytes]:
-        req = decode(await read_body(request), TokenizeRequest)
+        req = decode(await body_of(request), TokenizeRequest)
         inputs = [req.inputs] if isinstance(req.inputs, str) else req.inputs
         q = TokenizeQuery(inputs=inputs, add_special_tokens=req.add_special_tokens,
                           prompt_name=req.prompt_name)  # fmt: skip
@@ -300,7 +293,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/decode", guards=guards)
     async def decode_ids(request: AnyRequest) -> Response[bytes]:
-        req = decode(await read_body(request), DecodeRequest)
+        req = decode(await body_of(request), DecodeRequest)
         q = DecodeQuery(ids=parse_ids(req.ids), skip_special_tokens=req.skip_special_tokens)
         return respond(ENCODER.encode((await serving.decode(q)).texts))
 
