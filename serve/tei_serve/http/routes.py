@@ -12,7 +12,6 @@ import asyncio
 import base64
 import os
 from collections.abc import Awaitable, Coroutine
-from importlib import resources
 from typing import Any, TypeVar, assert_never
 
 from litestar import Request, Response, get, post
@@ -23,6 +22,7 @@ from litestar.handlers.http_handlers import HTTPRouteHandler
 from tei_runtime.manifest import Task
 from tei_serve.errors import ClientGoneError, UnauthorizedError
 from tei_serve.http.body import read_body
+from tei_serve.http.docs import docs_routes
 from tei_serve.http.protocol import (
     ENCODER,
     DecodeRequest,
@@ -61,20 +61,6 @@ from tei_serve.serving import (
 T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
 JSON = "application/json"
-
-SWAGGER_HTML = """<!doctype html>
-<html><head><title>Text Embeddings Inference</title><meta charset="utf-8"/>
-<link rel="stylesheet" href="https://unpkg.com/swagger-ui-dist@5/swagger-ui.css"/></head>
-<body><div id="swagger-ui"></div>
-<script src="https://unpkg.com/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
-<script>SwaggerUIBundle({url: "/api-doc/openapi.json", dom_id: "#swagger-ui"});</script>
-</body></html>
-"""
-
-
-def openapi_document() -> bytes:
-    return resources.files("tei_serve").joinpath("openapi.json").read_bytes()
-
 
 async def _wait_disconnect(request: AnyRequest) -> None:
     while True:
@@ -124,7 +110,6 @@ def _method(batch: bool) -> Method:
 def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     settings = serving.settings
     compute_type = os.environ.get("COMPUTE_TYPE", "gpu+optimized")
-    openapi_json = openapi_document()
     info_json = ENCODER.encode(serving.info)
 
     def auth_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -315,15 +300,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     async def metrics() -> Response[bytes]:
         return Response(content=serving.metrics.render(), media_type=CONTENT_TYPE)
 
-    @get("/docs")
-    async def docs() -> Response[str]:
-        return Response(content=SWAGGER_HTML, media_type="text/html")
-
-    @get(["/api-doc/openapi.json", "/openapi.json"])
-    async def openapi() -> Response[bytes]:
-        return respond(openapi_json)
-
     return [
         embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
-        tokenize, decode_ids, info, health, root_health, metrics, docs, openapi,
+        tokenize, decode_ids, info, health, root_health, metrics, *docs_routes(),
     ]
