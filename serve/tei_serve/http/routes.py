@@ -20,6 +20,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
+from tei_serve.auth import ApiKey
 from tei_serve.errors import ClientGoneError, UnauthorizedError
 from tei_serve.http.body import read_body
 from tei_serve.http.docs import docs_routes
@@ -111,11 +112,14 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     settings = serving.settings
     compute_type = os.environ.get("COMPUTE_TYPE", "gpu+optimized")
     info_json = ENCODER.encode(serving.info)
+    api_key = None if settings.api_key is None else ApiKey(settings.api_key)
 
     def auth_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        if settings.api_key is None:
+        # A guard runs before the handler: a refused request reads no body, tokenizes nothing.
+        if api_key is None:
             return
-        if connection.headers.get("authorization") != f"Bearer {settings.api_key}":
+        # Header values arrive decoded as latin-1; that gives back the bytes sent.
+        if not api_key.accepts(connection.headers.get("authorization", "").encode("latin-1")):
             raise UnauthorizedError()
 
     guards = [auth_guard]
