@@ -104,8 +104,10 @@ class _Unread:
     """Whether a request's body has been read to its end, and reading what is left."""
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
-        headers = dict(scope.get("headers", []))
-        self._expects_continue = headers.get(b"expect", b"").lower() == b"100-continue"
+        self._expects_continue = any(
+            name == b"expect" and value.lower() == b"100-continue"
+            for name, value in scope.get("headers", ())
+        )
         self._receive = receive
         self._received_any = False
         self._done = False
