@@ -8,6 +8,7 @@ resolved by `parse_inputs` / `parse_predict_inputs` with TEI's rules.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
@@ -144,7 +145,7 @@ def decode(body: bytes, type_: type[T]) -> T:
         raise BodyError(f"{_SYNTAX}: {e}", status=400) from e
     except RecursionError as e:
         raise BodyError(f"{_SYNTAX}: nested too deeply", status=400) from e
-    duplicate = _duplicate_field(body, FIELD_NAMES[type_])
+    duplicate = _duplicate_field(body, KEY_PATTERNS[type_], FIELD_NAMES[type_])
     if duplicate is not None:
         raise BodyError(f"{_SHAPE}: duplicate field `{duplicate}`")
     return value
@@ -167,16 +168,23 @@ def _field_names(type_: Any) -> frozenset[str]:
     return frozenset(names)
 
 
-def _duplicate_field(body: bytes, names: frozenset[str]) -> str | None:
+def _key_pattern(names: frozenset[str]) -> re.Pattern[bytes]:
+    """Matches `"name":` for the given names; in JSON only an object key is followed by `:`."""
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
+    return re.compile(rb'"(' + alternatives + rb')"\s*:')
+
+
+def _duplicate_field(body: bytes, keys: re.Pattern[bytes], names: frozenset[str]) -> str | None:
     """A known field given twice in one object (msgspec keeps the last; serde refuses)."""
-    # Cheap filter first: a field named twice in one object appears twice in the body.
-    if not any(body.count(f'"{name}"'.encode()) > 1 for name in names):
+    # One cheap pass first: a key given twice in one object is matched twice in the body.
+    seen = keys.findall(body)
+    if len(seen) == len(set(seen)):
         return None
     found: list[str] = []
 
     def pairs(items: list[tuple[str, Any]]) -> None:
-        keys = [k for k, _ in items]
-        found.extend(k for k in set(keys) if k in names and keys.count(k) > 1)
+        listed = [k for k, _ in items]
+        found.extend(k for k in set(listed) if k in names and listed.count(k) > 1)
 
     try:
         json.loads(body, object_pairs_hook=pairs)
@@ -186,6 +194,9 @@ def _duplicate_field(body: bytes, names: frozenset[str]) -> str | None:
 
 
 FIELD_NAMES: dict[type[Any], frozenset[str]] = {t: _field_names(t) for t in DECODERS}
+KEY_PATTERNS: dict[type[Any], re.Pattern[bytes]] = {
+    t: _key_pattern(names) for t, names in FIELD_NAMES.items()
+}
 
 
 def direction_of(value: WireDirection) -> Direction:

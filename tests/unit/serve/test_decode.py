@@ -53,6 +53,8 @@ def test_duplicate_keys() -> None:
     body = b'{"inputs": {"source_sentence": "a", "sentences": [], "sentences": ["b"]}}'
     with pytest.raises(BodyError, match="duplicate field `sentences`"):
         decode(body, SimilarityRequest)
+    with pytest.raises(BodyError, match="duplicate field `inputs`"):
+        decode(b'{"inputs" : "a",\n "normalize": true, "inputs"\n\t: "b"}', EmbedRequest)
     # A field's name inside a text, or the same name in two different objects, is no duplicate.
     ok = decode(b'{"inputs": "say \\"inputs\\" twice: \\"inputs\\"", "x": {"inputs": 1}}',
                 EmbedRequest)
