@@ -31,6 +31,7 @@ from tei_runtime.manifest import (
     Variant,
     encode_manifest,
 )
+from tei_runtime.permissions import publish_tree
 
 
 def _version(package: str) -> str:
@@ -157,6 +158,7 @@ def _export(
         manifest = _build(
             plan, source, checkpoint, work, progress, trust_remote_code, external_data
         )
+        publish_tree(work)  # mkdtemp made it 0700: readable by the serving user too
         if output_dir.exists():
             shutil.rmtree(output_dir)
         work.rename(output_dir)

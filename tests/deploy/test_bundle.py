@@ -6,6 +6,8 @@ A refused bundle must name the file that is wrong: the operator has to know what
 from __future__ import annotations
 
 import json
+import os
+import stat
 import tarfile
 from pathlib import Path
 
@@ -192,3 +194,25 @@ def test_cli(toy_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert bundle_cli.main(["verify", str(tar)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tei-bundle: error: ") and "tokenizer.json: sha256 mismatch" in err
+
+
+def test_bundle_and_unpack_are_readable_by_other_users(toy_artifact: Path, tmp_path: Path) -> None:
+    # The images' user (1000) reads a bundle packed by someone else: not 0600 from mkstemp.
+    before = os.umask(0o022)
+    try:
+        tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+        out = bundle.unpack(tar, tmp_path / "unpacked")
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(tar.stat().st_mode) == 0o644
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o644}
+
+
+def test_a_strict_umask_is_kept(toy_artifact: Path, tmp_path: Path) -> None:
+    before = os.umask(0o077)
+    try:
+        tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(tar.stat().st_mode) == 0o600

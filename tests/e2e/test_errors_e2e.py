@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -89,6 +90,28 @@ def test_backend_failure_424_then_recovers(embed_server: Running) -> None:
     assert c.get("/health").status_code == 200  # the probe works again
     assert c.post("/embed", json={"inputs": "a"}).status_code == 200
     assert 'te_request_failure{err="inference"} 1' in c.get("/metrics").text
+
+
+def test_wrong_api_key_costs_no_tokenization(serve: Callable[..., Running]) -> None:
+    r = serve(Task.RERANK, api_key="s3cret")
+    calls: list[str] = []
+    for name in ("encode", "tokenize"):
+        real = getattr(r.model, name)
+
+        def spy(*args: object, _name: str = name, _real: Any = real, **kw: object) -> Any:
+            calls.append(_name)
+            return _real(*args, **kw)
+
+        setattr(r.model, name, spy)
+    wrong = {"authorization": "Bearer s3cres"}
+    for path, body in (("/rerank", {"query": "q", "texts": ["a", "b"]}),
+                       ("/predict", {"inputs": "a"}), ("/tokenize", {"inputs": "a"}),
+                       ("/", {"query": "q", "texts": ["a"]})):
+        assert r.client.post(path, json=body, headers=wrong).status_code == 401
+    assert calls == []
+    ok = {"authorization": "Bearer s3cret"}
+    assert r.client.post("/rerank", json={"query": "q", "texts": ["a"]}, headers=ok).is_success
+    assert "encode" in calls  # the spy does see what an accepted request costs
 
 
 def test_api_key(serve: Callable[..., Running]) -> None:

@@ -304,6 +304,35 @@ def test_auth(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
         health_pb2.HealthCheckResponse.SERVING  # fmt: skip
 
 
+def test_wrong_key_costs_no_tokenization(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, api_key="secret")
+    model = r.serving.model
+    calls: list[str] = []
+    for name in ("encode", "tokenize"):
+        real = getattr(model, name)
+
+        def spy(*args: object, _name: str = name, _real: Any = real, **kw: object) -> Any:
+            calls.append(_name)
+            return _real(*args, **kw)
+
+        setattr(model, name, spy)
+    embed, wrong = stubs.EmbedStub(r.channel), [("authorization", "Bearer secreT")]
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a"), metadata=wrong))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    code, _ = _code(lambda: list(embed.EmbedStream(iter([pb.EmbedRequest(inputs="a")] * 3),
+                                                   metadata=wrong)))  # fmt: skip
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    code, _ = _code(lambda: stubs.TokenizeStub(r.channel).Tokenize(
+        pb.EncodeRequest(inputs="a"), metadata=wrong))  # fmt: skip
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    assert calls == []
+    assert embed.Embed(pb.EmbedRequest(inputs="a"), metadata=[("authorization", "Bearer secret")])
+    assert "encode" in calls  # the spy does see what an accepted call costs
+
+
 def test_reflection_lists_the_services(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:

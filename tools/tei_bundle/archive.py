@@ -29,6 +29,7 @@ from tei_runtime.artifact import open_artifact, verify_tokenizer, verify_variant
 from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import ManifestError
 from tei_runtime.manifest import MANIFEST_NAME
+from tei_runtime.permissions import publish_file, publish_tree
 
 BUNDLE_MANIFEST = "tei-bundle.json"
 BUNDLE_FORMAT = 1
@@ -113,6 +114,7 @@ def write_bundle(artifact_dir: str | Path, out: str | Path) -> Path:
             for entry in listing.files:
                 with (root / entry.path).open("rb") as f:
                     tar.addfile(_tar_info(entry.path, entry.size), f)
+        publish_file(Path(tmp_name))  # mkstemp made it 0600
         Path(tmp_name).replace(target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
@@ -271,6 +273,7 @@ def unpack(bundle: str | Path, dest: str | Path) -> Path:
             raise BundleError(f"{source}: holds no {MANIFEST_NAME}; not an artifact bundle")
         # Keep the listing beside the files so that the folder can be re-verified later.
         (tmp / BUNDLE_MANIFEST).write_bytes(_encode(listing))
+        publish_tree(tmp)  # mkdtemp made it 0700
         tmp.replace(target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from tei_serve.auth import ApiKey
+
 GUARDED_PREFIX = "/tei.v1."
 MESSAGE = "No valid auth token"
 
@@ -45,7 +47,7 @@ def _refusing(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler
 
 class BearerAuth(aio.ServerInterceptor):
     def __init__(self, api_key: str) -> None:
-        self._expected = f"Bearer {api_key}"
+        self._key = ApiKey(api_key)
 
     async def intercept_service(
         self,
@@ -58,6 +60,7 @@ class BearerAuth(aio.ServerInterceptor):
         if handler is None or not handler_call_details.method.startswith(GUARDED_PREFIX):
             return handler
         for key, value in handler_call_details.invocation_metadata or ():
-            if key == "authorization" and value == self._expected:
+            given = value if isinstance(value, bytes) else value.encode()
+            if key == "authorization" and self._key.accepts(given):
                 return handler
         return _refusing(handler)

@@ -7,7 +7,9 @@ resolved by `parse_inputs` / `parse_predict_inputs` with TEI's rules.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+import json
+import re
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -16,6 +18,8 @@ from tei_serve.serving import Direction
 
 WireDirection = Literal["right", "left", "Right", "Left"]
 RawInput = str | list[int]
+# TEI's `usize` fields: a negative number, or one past what msgspec bounds (2^63), is a 422.
+USize = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,7 +28,7 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     truncation_direction: WireDirection = "right"
     prompt_name: str | None = None
     normalize: bool = True
-    dimensions: int | None = None
+    dimensions: USize | None = None
 
 
 class EmbedAllRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,7 +90,7 @@ class OpenAIRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
     user: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
+    dimensions: USize | None = None
 
 
 # -- responses (the rest are serving's result Structs, encoded as they are) -----------------
@@ -130,14 +134,73 @@ ENCODER = msgspec.json.Encoder()
 
 
 def decode(body: bytes, type_: type[T]) -> T:
-    """Decode a request body; malformed JSON answers 400, a wrong shape 422 (as axum does)."""
+    """The one way a request body becomes a request: every failure is TEI's 400 or 422.
+
+    Malformed JSON (a syntax error, invalid UTF-8, a `NaN` literal, a body that stops halfway,
+    nesting deeper than the interpreter's recursion limit) answers 400; JSON of the wrong shape
+    (a wrong type, a missing field, a number out of range, a known field given twice) 422, as
+    axum's `Json` does with serde.
+    """
     try:
         value: T = DECODERS[type_].decode(body)
     except msgspec.ValidationError as e:
-        raise BodyError(f"Failed to deserialize the JSON body into the target type: {e}") from e
+        raise BodyError(f"{_SHAPE}: {e}") from e
     except msgspec.DecodeError as e:
-        raise BodyError(f"Failed to parse the request body as JSON: {e}", status=400) from e
+        raise BodyError(f"{_SYNTAX}: {e}", status=400) from e
+    except RecursionError as e:
+        raise BodyError(f"{_SYNTAX}: nested too deeply", status=400) from e
+    duplicate = _duplicate_field(body, KEY_PATTERNS[type_], FIELD_NAMES[type_])
+    if duplicate is not None:
+        raise BodyError(f"{_SHAPE}: duplicate field `{duplicate}`")
     return value
+
+
+_SHAPE = "Failed to deserialize the JSON body into the target type"
+_SYNTAX = "Failed to parse the request body as JSON"
+
+
+def _field_names(type_: Any) -> frozenset[str]:
+    """The wire names of `type_`'s fields and of the Structs nested in it."""
+    if isinstance(type_, type) and issubclass(type_, msgspec.Struct):
+        names = set(type_.__struct_encode_fields__)
+        for field in msgspec.structs.fields(type_):
+            names |= _field_names(field.type)
+        return frozenset(names)
+    names = set()
+    for arg in get_args(type_):
+        names |= _field_names(arg)
+    return frozenset(names)
+
+
+def _key_pattern(names: frozenset[str]) -> re.Pattern[bytes]:
+    """Matches `"name":` for the given names; in JSON only an object key is followed by `:`."""
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
+    return re.compile(rb'"(' + alternatives + rb')"\s*:')
+
+
+def _duplicate_field(body: bytes, keys: re.Pattern[bytes], names: frozenset[str]) -> str | None:
+    """A known field given twice in one object (msgspec keeps the last; serde refuses)."""
+    # One cheap pass first: a key given twice in one object is matched twice in the body.
+    seen = keys.findall(body)
+    if len(seen) == len(set(seen)):
+        return None
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        listed = [k for k, _ in items]
+        found.extend(k for k in set(listed) if k in names and listed.count(k) > 1)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except RecursionError as e:  # msgspec's limit and the json module's differ
+        raise BodyError(f"{_SYNTAX}: nested too deeply", status=400) from e
+    return min(found) if found else None
+
+
+FIELD_NAMES: dict[type[Any], frozenset[str]] = {t: _field_names(t) for t in DECODERS}
+KEY_PATTERNS: dict[type[Any], re.Pattern[bytes]] = {
+    t: _key_pattern(names) for t, names in FIELD_NAMES.items()
+}
 
 
 def direction_of(value: WireDirection) -> Direction:
@@ -148,12 +211,22 @@ def _is_ids(value: list[Any]) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
+U32_MAX = 2**32 - 1
+
+
+def _check_u32(ids: list[int]) -> None:
+    """TEI's token ids are u32: a larger one does not deserialize (422), it is no huge id."""
+    if any(v < 0 or v > U32_MAX for v in ids):
+        raise BodyError(f"{_SHAPE}: token ids must be in [0, 2^32)")
+
+
 def _one(value: Any) -> RawInput:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and _is_ids(value):
         if any(v < 0 for v in value):
             raise ValidationError("token ids must be non-negative")
+        _check_u32(value)
         return value
     raise BodyError(
         "Failed to deserialize the JSON body into the target type: `inputs` must be a string, "
@@ -215,10 +288,13 @@ def parse_predict_inputs(value: Any) -> tuple[list[PredictInput], bool]:
 def parse_ids(value: Any) -> list[list[int]]:
     """`/decode` ids: `[u32]` or `[[u32]]`."""
     if isinstance(value, list) and value and _is_ids(value):
+        _check_u32(value)
         return [value]
     if isinstance(value, list) and value and all(
         isinstance(v, list) and _is_ids(v) for v in value
     ):
+        for ids in value:
+            _check_u32(ids)
         return value
     if value == [] or (isinstance(value, list) and any(v == [] for v in value)):
         raise EmptyError("`ids` cannot be empty")

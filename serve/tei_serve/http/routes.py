@@ -12,7 +12,6 @@ import asyncio
 import base64
 import os
 from collections.abc import Awaitable, Coroutine
-from importlib import resources
 from typing import Any, TypeVar, assert_never
 
 from litestar import Request, Response, get, post
@@ -21,7 +20,10 @@ from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
-from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
+from tei_serve.auth import ApiKey
+from tei_serve.errors import ClientGoneError, UnauthorizedError
+from tei_serve.http.body import read_body
+from tei_serve.http.docs import docs_routes
 from tei_serve.http.protocol import (
     ENCODER,
     DecodeRequest,
@@ -61,20 +63,6 @@ T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
 JSON = "application/json"
 
-SWAGGER_HTML = """<!doctype html>
-<html><head><title>Text Embeddings Inference</title><meta charset="utf-8"/>
-<link rel="stylesheet" href="https://unpkg.com/swagger-ui-dist@5/swagger-ui.css"/></head>
-<body><div id="swagger-ui"></div>
-<script src="https://unpkg.com/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
-<script>SwaggerUIBundle({url: "/api-doc/openapi.json", dom_id: "#swagger-ui"});</script>
-</body></html>
-"""
-
-
-def openapi_document() -> bytes:
-    return resources.files("tei_serve").joinpath("openapi.json").read_bytes()
-
-
 async def _wait_disconnect(request: AnyRequest) -> None:
     while True:
         message = await request.receive()
@@ -97,17 +85,6 @@ async def until_disconnect(request: AnyRequest, work: Coroutine[Any, Any, T]) ->
         return task.result()
     task.cancel()
     raise ClientGoneError("client disconnected")
-
-
-def _is_json(content_type: str) -> bool:
-    mime = content_type.split(";", 1)[0].strip().lower()
-    return mime == JSON or (mime.startswith("application/") and mime.endswith("+json"))
-
-
-async def read_body(request: AnyRequest) -> bytes:
-    if not _is_json(request.headers.get("content-type", "")):
-        raise BodyError("Expected request with `Content-Type: application/json`", status=415)
-    return await request.body()
 
 
 def _ms(ns: int) -> str:
@@ -134,16 +111,21 @@ def _method(batch: bool) -> Method:
 def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     settings = serving.settings
     compute_type = os.environ.get("COMPUTE_TYPE", "gpu+optimized")
-    openapi_json = openapi_document()
     info_json = ENCODER.encode(serving.info)
+    api_key = None if settings.api_key is None else ApiKey(settings.api_key)
 
     def auth_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        if settings.api_key is None:
+        # A guard runs before the handler: a refused request reads no body, tokenizes nothing.
+        if api_key is None:
             return
-        if connection.headers.get("authorization") != f"Bearer {settings.api_key}":
+        # Header values arrive decoded as latin-1; that gives back the bytes sent.
+        if not api_key.accepts(connection.headers.get("authorization", "").encode("latin-1")):
             raise UnauthorizedError()
 
     guards = [auth_guard]
+
+    def body_of(request: AnyRequest) -> Awaitable[bytes]:
+        return read_body(request, settings.payload_limit)
 
     def respond(content: bytes, meta: Metadata | None = None) -> Response[bytes]:
         headers = timing_headers(meta, compute_type) if meta is not None else None
@@ -227,11 +209,11 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/embed", guards=guards)
     async def embed(request: AnyRequest) -> Response[bytes]:
-        return await run_embed(request, await read_body(request))
+        return await run_embed(request, await body_of(request))
 
     @post("/embed_all", guards=guards)
     async def embed_all(request: AnyRequest) -> Response[bytes]:
-        q, batch = embed_all_query(decode(await read_body(request), EmbedAllRequest))
+        q, batch = embed_all_query(decode(await body_of(request), EmbedAllRequest))
         r = await observe(request, "embed_all", _method(batch), "embed", len(q.inputs),
                            serving.embed_all(q))  # fmt: skip
         content = await serving.offload(lambda: ENCODER.encode([v.tolist() for v in r.vectors]))
@@ -239,11 +221,11 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/embed_sparse", guards=guards)
     async def embed_sparse(request: AnyRequest) -> Response[bytes]:
-        return await run_embed_sparse(request, await read_body(request))
+        return await run_embed_sparse(request, await body_of(request))
 
     @post(["/v1/embeddings", "/embeddings"], guards=guards)
     async def openai_embed(request: AnyRequest) -> Response[bytes]:
-        req = decode(await read_body(request), OpenAIRequest)
+        req = decode(await body_of(request), OpenAIRequest)
         inputs, batch = parse_inputs(req.input, field="input")
         q = OpenAIQuery(inputs=inputs, model=req.model, dimensions=req.dimensions)
         r = await observe(request, "openai_embed", _method(batch), "embed", len(inputs),
@@ -264,19 +246,19 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/similarity", guards=guards)
     async def similarity(request: AnyRequest) -> Response[bytes]:
-        return await run_similarity(request, await read_body(request))
+        return await run_similarity(request, await body_of(request))
 
     @post("/predict", guards=guards)
     async def predict(request: AnyRequest) -> Response[bytes]:
-        return await run_predict(request, await read_body(request))
+        return await run_predict(request, await body_of(request))
 
     @post("/rerank", guards=guards)
     async def rerank(request: AnyRequest) -> Response[bytes]:
-        return await run_rerank(request, await read_body(request))
+        return await run_rerank(request, await body_of(request))
 
     @post(["/", "/invocations"], guards=guards)
     async def invocations(request: AnyRequest) -> Response[bytes]:
-        body = await read_body(request)
+        body = await body_of(request)
         match serving.task:
             case Task.CLASSIFY:
                 return await run_predict(request, body)
@@ -293,7 +275,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/tokenize", guards=guards)
     async def tokenize(request: AnyRequest) -> Response[bytes]:
-        req = decode(await read_body(request), TokenizeRequest)
+        req = decode(await body_of(request), TokenizeRequest)
         inputs = [req.inputs] if isinstance(req.inputs, str) else req.inputs
         q = TokenizeQuery(inputs=inputs, add_special_tokens=req.add_special_tokens,
                           prompt_name=req.prompt_name)  # fmt: skip
@@ -301,7 +283,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/decode", guards=guards)
     async def decode_ids(request: AnyRequest) -> Response[bytes]:
-        req = decode(await read_body(request), DecodeRequest)
+        req = decode(await body_of(request), DecodeRequest)
         q = DecodeQuery(ids=parse_ids(req.ids), skip_special_tokens=req.skip_special_tokens)
         return respond(ENCODER.encode((await serving.decode(q)).texts))
 
@@ -323,15 +305,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     async def metrics() -> Response[bytes]:
         return Response(content=serving.metrics.render(), media_type=CONTENT_TYPE)
 
-    @get("/docs")
-    async def docs() -> Response[str]:
-        return Response(content=SWAGGER_HTML, media_type="text/html")
-
-    @get(["/api-doc/openapi.json", "/openapi.json"])
-    async def openapi() -> Response[bytes]:
-        return respond(openapi_json)
-
     return [
         embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
-        tokenize, decode_ids, info, health, root_health, metrics, docs, openapi,
+        tokenize, decode_ids, info, health, root_health, metrics, *docs_routes(),
     ]

@@ -1,0 +1,129 @@
+"""Reading request bodies: the one path every route takes, and answering before the body ends.
+
+`read_body` is how a route gets its body: JSON content type (415 otherwise), at most
+`--payload-limit` bytes held (413 as soon as the announced length or the bytes received pass
+it, never more than the limit buffered), a client that leaves mid-body is `ClientGoneError`.
+
+`DrainUnread` wraps the whole ASGI app. An answer that comes before the request body has been
+read (413, 415, 401, 404, ...) would otherwise be followed by the server closing the socket
+with the client's bytes still unread (uvicorn closes when the client asked for
+`Connection: close`, as urllib does): the kernel then resets the connection and the client
+never sees the answer. So before an answer starts, the rest of the body is read and dropped
+(up to `DRAIN_LIMIT` bytes; a larger upload is cut off). A client that sent
+`Expect: 100-continue` and has not been told to go on is not asked for its body; its answer
+closes the connection instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from litestar import Request
+from litestar.enums import ScopeType
+
+from tei_serve.errors import BodyError, ClientGoneError
+
+if TYPE_CHECKING:
+    from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
+
+JSON = "application/json"
+# Bytes read and dropped after an early answer; past this the connection may be reset.
+DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+def _body_of(message: Any) -> bytes:
+    """The bytes an ASGI `http.request` message carries (none for `http.disconnect`)."""
+    body: bytes = message.get("body", b"")
+    return body
+
+
+def is_json(content_type: str) -> bool:
+    mime = content_type.split(";", 1)[0].strip().lower()
+    return mime == JSON or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+def too_large(limit: int) -> BodyError:
+    return BodyError(f"Payload too large: the body is over the limit of {limit} bytes", status=413)
+
+
+async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
+    """The JSON body of `request`, at most `limit` bytes of it ever held."""
+    if not is_json(request.headers.get("content-type", "")):
+        raise BodyError("Expected request with `Content-Type: application/json`", status=415)
+    announced = request.headers.get("content-length")
+    if announced is not None:
+        try:
+            length = int(announced)
+        except ValueError as e:
+            raise BodyError(f"Invalid content-length: {announced!r}", status=400) from e
+        if length > limit:
+            raise too_large(limit)
+    body = bytearray()
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGoneError("client disconnected while sending the body")
+        chunk = _body_of(message)
+        if len(body) + len(chunk) > limit:
+            raise too_large(limit)
+        body += chunk
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+class DrainUnread:
+    """ASGI wrapper: the request body is read to its end before any HTTP answer starts."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await self.app(scope, receive, send)
+            return
+        state = _Unread(scope, receive)
+
+        async def tracking_receive() -> ReceiveMessage:
+            message = await receive()
+            state.saw(message)
+            return message
+
+        async def draining_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                if state.awaits_continue():
+                    headers = [*message.get("headers", []), (b"connection", b"close")]
+                    message = {**message, "headers": headers}
+                else:
+                    await state.drain()
+            await send(message)
+
+        await self.app(scope, tracking_receive, draining_send)
+
+
+class _Unread:
+    """Whether a request's body has been read to its end, and reading what is left."""
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self._expects_continue = any(
+            name == b"expect" and value.lower() == b"100-continue"
+            for name, value in scope.get("headers", ())
+        )
+        self._receive = receive
+        self._received_any = False
+        self._done = False
+
+    def saw(self, message: Any) -> None:
+        self._received_any = True
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            self._done = True
+
+    def awaits_continue(self) -> bool:
+        """The client waits for `100 Continue` before sending; reading would invite the body."""
+        return self._expects_continue and not self._received_any and not self._done
+
+    async def drain(self) -> None:
+        dropped = 0
+        while not self._done and dropped <= DRAIN_LIMIT:
+            message = await self._receive()
+            self.saw(message)
+            dropped += len(_body_of(message))

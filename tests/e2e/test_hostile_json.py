@@ -1,0 +1,90 @@
+"""Hostile and broken bodies over real HTTP, on every JSON route: TEI's 400/422/415, never 5xx."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from conftest import Running
+
+from tei_runtime.manifest import Task
+
+ROUTES = ["/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity",
+          "/tokenize", "/decode", "/v1/embeddings", "/embeddings", "/invocations"]
+BODIES: dict[str, tuple[bytes | None, int | set[int]]] = {
+    # 400 where `inputs` is read as any JSON; 422 where the route wants another shape there
+    # (a string, an object) and stops at the first `[`, as serde does.
+    "nested 100,000 deep": (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", {400, 422}),
+    "NaN literal": (b'{"inputs": NaN}', 400),
+    "invalid UTF-8": (None, 400),
+    "stops halfway": (b'{"truncate": true, "inputs": "a', {400, 422}),
+    "stops before any field": (b'{"truncate": tr', 400),
+    "duplicate keys": (None, 422),
+    "huge number": (None, 422),
+}
+DUPLICATE = {
+    "/rerank": b'{"query": "q", "texts": ["a"], "texts": ["b"]}',
+    "/similarity": b'{"inputs": {"source_sentence": "a", "sentences": ["b"]}, '
+                   b'"inputs": {"source_sentence": "a", "sentences": ["b"]}}',
+    "/decode": b'{"ids": [1], "ids": [2]}',
+    "/v1/embeddings": b'{"input": "a", "input": "b"}',
+    "/embeddings": b'{"input": "a", "input": "b"}',
+}
+# Invalid UTF-8 inside a string the route reads (an ignored field is skipped unread).
+BAD_UTF8 = {
+    "/rerank": b'{"query": "\xff\xfe", "texts": ["a"]}',
+    "/similarity": b'{"inputs": {"source_sentence": "\xff\xfe", "sentences": ["b"]}}',
+    "/decode": b'{"ids": "\xff\xfe"}',
+    "/v1/embeddings": b'{"input": "\xff\xfe"}',
+    "/embeddings": b'{"input": "\xff\xfe"}',
+}
+HUGE = {
+    "/rerank": b'{"query": "q", "texts": ["a"], "raw_scores": 1e999}',
+    "/similarity": b'{"inputs": {"source_sentence": "a", "sentences": [1e999]}}',
+    "/decode": b'{"ids": [123456789012345678901234567890]}',
+    "/tokenize": b'{"inputs": "a", "add_special_tokens": 1e999}',
+    "/v1/embeddings": b'{"input": "a", "dimensions": 123456789012345678901234567890}',
+    "/embeddings": b'{"input": [4294967296]}',
+}
+
+
+
+
+def _body(route: str, case: str, task: Task) -> bytes:
+    body, _ = BODIES[case]
+    if body is not None:
+        return body
+    if route == "/invocations" and task is Task.RERANK:
+        route = "/rerank"
+    table, default = {
+        "duplicate keys": (DUPLICATE, b'{"inputs": "a", "inputs": "b"}'),
+        "invalid UTF-8": (BAD_UTF8, b'{"inputs": "\xff\xfe"}'),
+        "huge number": (HUGE, b'{"inputs": [4294967296]}'),
+    }[case]
+    return table.get(route, default)
+
+
+@pytest.mark.parametrize("task", [Task.EMBED, Task.RERANK])
+def test_every_route_answers_malformed_json_with_tei_errors(
+    serve: Callable[..., Running], task: Task
+) -> None:
+    r = serve(task)
+    for route in ROUTES:
+        for case, (_, status) in BODIES.items():
+            got = r.client.post(route, content=_body(route, case, task),
+                                headers={"content-type": "application/json"})
+            allowed = status if isinstance(status, set) else {status}
+            assert got.status_code in allowed, (route, case, got.status_code, got.text[:300])
+            body = got.json()
+            kind = body.get("error_type", body.get("type"))
+            assert kind == "Validation", (route, case, body)
+    metrics = r.client.get("/metrics").text
+    assert 'err="inference"' not in metrics
+
+
+def test_a_non_json_content_type_is_415(embed_server: Running) -> None:
+    for route in ROUTES:
+        got = embed_server.client.post(route, content=b'{"inputs": "a"}',
+                                       headers={"content-type": "text/plain"})
+        assert got.status_code == 415, route
+        assert got.json().get("error_type", got.json().get("type")) == "Validation"

@@ -1,0 +1,80 @@
+"""`protocol.decode`, the one JSON decoding path: every malformed body is TEI's 400 or 422."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tei_serve.errors import BodyError, ErrorType, ValidationError
+from tei_serve.http.protocol import (
+    DecodeRequest,
+    EmbedRequest,
+    RerankRequest,
+    SimilarityRequest,
+    decode,
+    parse_ids,
+    parse_inputs,
+)
+
+DEEP = b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    (DEEP, 400),                                            # nested 100,000 deep
+    (b'{"inputs": ' + b"[" * 100_000, 400),                 # ... and cut short
+    (b'{"inputs": "a", "dimensions": NaN}', 400),           # NaN literal
+    (b'{"inputs": "a", "dimensions": Infinity}', 400),
+    (b'{"inputs": "\xff\xfe"}', 400),                       # invalid UTF-8
+    (b'{"inputs": "\xed\xa0\x80"}', 400),                   # an encoded surrogate
+    (b'{"inputs": "abc', 400),                              # stops halfway
+    (b'{"inputs": ["a", "b"', 400),
+    (b"", 400),
+    (b'{"inputs": "a"} trailing', 400),
+    (b'{"inputs": "a", "dimensions": 1e400}', 422),         # huge numbers
+    (b'{"inputs": "a", "dimensions": 123456789012345678901234567890}', 422),
+    (b'{"inputs": "a", "dimensions": -1}', 422),
+    (b'{"inputs": "a", "normalize": 1}', 422),
+    (b'{"inputs": "a", "inputs": "b"}', 422),               # duplicate key
+    (b'{"truncate": true}', 422),                           # missing field
+    (b'[1, 2]', 422),
+])  # fmt: skip
+def test_malformed_bodies_are_400_or_422(body: bytes, status: int) -> None:
+    with pytest.raises(BodyError) as e:
+        decode(body, EmbedRequest)
+    assert e.value.http_status == status
+    assert e.value.error_type is ErrorType.VALIDATION
+
+
+def test_duplicate_keys() -> None:
+    with pytest.raises(BodyError, match="duplicate field `query`"):
+        decode(b'{"query": "a", "texts": ["x"], "query": "b"}', RerankRequest)
+    body = b'{"inputs": {"source_sentence": "a", "sentences": [], "sentences": ["b"]}}'
+    with pytest.raises(BodyError, match="duplicate field `sentences`"):
+        decode(body, SimilarityRequest)
+    with pytest.raises(BodyError, match="duplicate field `inputs`"):
+        decode(b'{"inputs" : "a",\n "normalize": true, "inputs"\n\t: "b"}', EmbedRequest)
+    # A field's name inside a text, or the same name in two different objects, is no duplicate.
+    ok = decode(b'{"inputs": "say \\"inputs\\" twice: \\"inputs\\"", "x": {"inputs": 1}}',
+                EmbedRequest)
+    assert ok.inputs == 'say "inputs" twice: "inputs"'
+    # Unknown fields are ignored, as TEI does, even when repeated.
+    assert decode(b'{"inputs": "a", "x": 1, "x": 2}', EmbedRequest).inputs == "a"
+
+
+def _refused_422(body: bytes, type_: type[Any], parse: Callable[[Any], object]) -> None:
+    """Refused with 422 either while decoding or while reading the ids."""
+    with pytest.raises(ValidationError) as e:
+        parse(decode(body, type_))
+    assert e.value.http_status == 422, e.value.message
+
+
+def test_huge_token_ids_are_422() -> None:
+    for ids in ("[4294967296]", "[18446744073709551616]", "[1e30]", "[1.0]", "[1e400]",
+                "[[1], [4294967296]]", "[-1]"):
+        _refused_422(f'{{"inputs": {ids}}}'.encode(), EmbedRequest,
+                     lambda r: parse_inputs(r.inputs))
+        _refused_422(f'{{"ids": {ids}}}'.encode(), DecodeRequest, lambda r: parse_ids(r.ids))
+    assert parse_inputs([2**32 - 1]) == ([[2**32 - 1]], False)
+    assert parse_ids([[0, 2**32 - 1]]) == [[0, 2**32 - 1]]
