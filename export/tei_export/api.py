@@ -91,6 +91,8 @@ def export_model(
     output_dir = Path(output_dir).resolve()
     _prepare_output(output_dir, overwrite)
     progress = Progress(quiet=quiet)
+    if quiet:
+        _silence_library_progress()
     with progress.stage("resolve"):
         source = resolve(
             model,
@@ -112,6 +114,15 @@ def export_model(
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
+
+
+def _silence_library_progress() -> None:
+    """--quiet also covers the bars transformers 5 ("Loading weights") and the hub draw."""
+    from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _export(

@@ -162,3 +162,12 @@ def test_failure_after_tracing_leaves_nothing(tmp_path: Path, tiny_bert: Path) -
         api.validate.validate = original
     assert not out.exists()
     assert [p.name for p in out.parent.iterdir()] == []
+
+
+def test_quiet_export_prints_nothing(tmp_path: Path, tiny_bert: Path) -> None:
+    """--quiet also silences the libraries' own bars (transformers 5's "Loading weights")."""
+    out = tmp_path / "artifact"
+    result = _cli(str(tiny_bert), str(out), "--variants", "fp32")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert (out / "manifest.json").is_file()
