@@ -9,28 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS, cosines
 from support.tiny_encoders import ENCODERS, build_encoder
 from tei_export.cards import find_card
 from tei_runtime.manifest import Precision, Task, read_manifest
 
 pytestmark = pytest.mark.slow
 
-TEXTS = [
-    "hello",
-    "the quick brown fox jumps over the lazy dog",
-    "grüße aus köln, ça va? ñandú",
-    "a" * 3 + " b" * 40,
-    "numbers 1234567890 and punctuation !?;:",
-]
-PAIRS = [(TEXTS[0], TEXTS[1]), (TEXTS[2], TEXTS[3]), (TEXTS[4], TEXTS[1])]
-MIN_COSINE = {Precision.FP32: 0.99999, Precision.FP16: 0.999, Precision.INT8: 0.98}
-DTYPES = {Precision.FP32: "float32", Precision.FP16: "float16", Precision.INT8: "int8"}
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
-    return np.asarray((a * b).sum(-1))
 
 
 def export(checkpoint: Path, out: Path, **options: object) -> Path:

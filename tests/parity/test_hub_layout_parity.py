@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS
 from support.tiny_encoders import (
     COMMON,
     GTE_NTK_FACTOR,
@@ -20,19 +21,10 @@ from support.tiny_encoders import (
 )
 from tei_export.errors import ExportError
 from tei_export.hub_layouts import stage_native
-from tei_runtime.manifest import Precision, Task, read_manifest
+from tei_runtime.manifest import Task, read_manifest
 
 pytestmark = pytest.mark.slow
 
-TEXTS = [
-    "hello",
-    "the quick brown fox jumps over the lazy dog",
-    "grüße aus köln, ça va? ñandú",
-    "a" * 3 + " b" * 40,
-]
-PAIRS = [(TEXTS[0], TEXTS[1]), (TEXTS[2], TEXTS[3])]
-MIN_COSINE = {Precision.FP32: 0.99999, Precision.FP16: 0.999, Precision.INT8: 0.98}
-DTYPES = {Precision.FP32: "float32", Precision.FP16: "float16", Precision.INT8: "int8"}
 
 
 def _export(checkpoint: Path, out: Path) -> Path:

@@ -9,20 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.parity_inputs import DTYPES, MIN_COSINE, TEXTS
 from support.tiny_encoders import build_remote_code_checkpoint
 from tei_export.errors import ExportError
 from tei_runtime.manifest import Precision, Task, read_manifest
 
 pytestmark = pytest.mark.slow
 
-TEXTS = [
-    "hello",
-    "the quick brown fox jumps over the lazy dog",
-    "grüße aus köln, ça va? ñandú",
-    "a" * 3 + " b" * 40,
-]
-MIN_COSINE = {Precision.FP32: 0.99999, Precision.FP16: 0.999, Precision.INT8: 0.98}
-DTYPES = {Precision.FP32: "float32", Precision.FP16: "float16", Precision.INT8: "int8"}
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from support.parity_inputs import MIN_COSINE, PAIRS, TEXTS, cosines
 from support.tiny_models import DECODERS, FAMILIES, build_checkpoint
 from tei_export.cards import find_card
 from tei_export.fuse import expected_counts
@@ -27,22 +28,6 @@ from tei_runtime.manifest import (
 
 pytestmark = pytest.mark.slow
 
-TEXTS = [
-    "hello",
-    "the quick brown fox jumps over the lazy dog",
-    "grüße aus köln, ça va? ñandú",
-    "a" * 3 + " b" * 40,
-    "numbers 1234567890 and punctuation !?;:",
-]
-PAIRS = [(TEXTS[0], TEXTS[1]), (TEXTS[2], TEXTS[3]), (TEXTS[4], TEXTS[1])]
-# fp32 vs torch on unpadded input; int8 is checked against its own validation figure.
-MIN_COSINE = {Precision.FP32: 0.99999, Precision.FP16: 0.999, Precision.INT8: 0.98}
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
-    return np.asarray((a * b).sum(-1))
 
 
 def _export(checkpoint: Path, out: Path, **options: Any) -> Path:
@@ -93,14 +78,14 @@ def test_embedder_matches_sentence_transformers(tmp_path: Path, model_type: str)
     for dtype, precision in (("float32", Precision.FP32), ("float16", Precision.FP16),
                              ("int8", Precision.INT8)):
         got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
-        cosines = _cosines(got, reference)
-        assert cosines.min() >= MIN_COSINE[precision], (dtype, cosines)
+        found = cosines(got, reference)
+        assert found.min() >= MIN_COSINE[precision], (dtype, found)
     if model_type in DECODERS:
         # One graph, padded either way by the runtime, gives the unpadded vectors.
         for side in ("left", "right"):
             padded = _with_padding_side(artifact, side, tmp_path / f"art-{side}")
             got = tei_runtime.load(padded, device="cpu").embed(TEXTS)
-            assert _cosines(got, reference).min() >= MIN_COSINE[Precision.FP32], side
+            assert cosines(got, reference).min() >= MIN_COSINE[Precision.FP32], side
 
 
 def _with_padding_side(artifact: Path, side: str, dest: Path) -> Path:
@@ -131,7 +116,7 @@ def test_dense_and_prompts_match_sentence_transformers(tmp_path: Path) -> None:
         [st.encode([t], prompt_name="query", normalize_embeddings=True) for t in TEXTS]
     )
     got = model.embed(TEXTS, prompt_name="query")
-    assert _cosines(got, reference).min() >= 0.99999
+    assert cosines(got, reference).min() >= 0.99999
 
 
 def _hf_logits(checkpoint: Path, inputs: list[tuple[str, str]] | list[str]) -> np.ndarray:
