@@ -11,7 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from support.tiny_models import CLS, MASK, PAD, SEP, _vocab, _write_sentence_transformers
+from support.tiny_models import (
+    CLS,
+    MASK,
+    PAD,
+    SEP,
+    _vocab,
+    _write_sentence_transformers,
+    random_model,
+)
 from support.tiny_models import build_tokenizer as build_tokenizer
 
 # model_type -> config kwargs beyond the common small sizes.
@@ -48,26 +56,8 @@ def tiny_model(model_type: str, *, head: str = "base", num_labels: int = 1,
                seed: int = 0, **overrides: Any) -> Any:
     """A random model of `model_type` with every weight perturbed away from its init (so no
     LayerNorm is the identity and no bias is zero)."""
-    import torch
-    import transformers
-
     kwargs = {"vocab_size": len(_vocab()), **COMMON, **ENCODERS[model_type], **overrides}
-    if head == "sequence-classification":
-        kwargs["num_labels"] = num_labels
-        if num_labels > 1:
-            kwargs["id2label"] = {i: f"label_{i}" for i in range(num_labels)}
-            kwargs["label2id"] = {f"label_{i}": i for i in range(num_labels)}
-    config = transformers.AutoConfig.for_model(model_type, **kwargs)
-    auto = {
-        "base": transformers.AutoModel,
-        "sequence-classification": transformers.AutoModelForSequenceClassification,
-    }[head]
-    torch.manual_seed(seed)
-    model = auto.from_config(config)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn_like(param) * 0.02)
-    return model.eval()
+    return random_model(model_type, kwargs, head=head, num_labels=num_labels, seed=seed)
 
 
 def write_tokenizer(dest: Path) -> None:

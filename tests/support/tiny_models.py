@@ -71,31 +71,14 @@ def build_tokenizer(*, decoder: bool) -> Tokenizer:
     return tok
 
 
-def build_checkpoint(
-    dest: Path,
-    model_type: str,
-    *,
-    head: str = "base",
-    num_labels: int = 1,
-    st_pooling: str | None = None,
-    dense_out: int | None = None,
-    prompts: dict[str, str] | None = None,
-    seed: int = 0,
-) -> Path:
-    """Write a checkpoint folder; head is base | sequence-classification | masked-lm."""
+def random_model(
+    model_type: str, kwargs: dict[str, Any], *, head: str, num_labels: int, seed: int
+) -> Any:
+    """A random `model_type` model (head: base | sequence-classification | masked-lm)."""
     import torch
     import transformers
 
-    vocab_size = len(_vocab())
-    common: dict[str, Any] = {
-        "vocab_size": vocab_size,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "max_position_embeddings": 128,
-    }
-    kwargs = {**common, **FAMILIES[model_type]}
+    kwargs = dict(kwargs)
     if head == "sequence-classification":
         kwargs["num_labels"] = num_labels
         if num_labels > 1:
@@ -114,6 +97,32 @@ def build_checkpoint(
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.02)
+    return model.eval()
+
+
+def build_checkpoint(
+    dest: Path,
+    model_type: str,
+    *,
+    head: str = "base",
+    num_labels: int = 1,
+    st_pooling: str | None = None,
+    dense_out: int | None = None,
+    prompts: dict[str, str] | None = None,
+    seed: int = 0,
+) -> Path:
+    """Write a checkpoint folder; head is base | sequence-classification | masked-lm."""
+    vocab_size = len(_vocab())
+    common: dict[str, Any] = {
+        "vocab_size": vocab_size,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 128,
+    }
+    kwargs = {**common, **FAMILIES[model_type]}
+    model = random_model(model_type, kwargs, head=head, num_labels=num_labels, seed=seed)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest)
 
