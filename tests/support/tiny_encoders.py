@@ -19,6 +19,7 @@ from support.tiny_models import (
     _vocab,
     _write_sentence_transformers,
     random_model,
+    write_tokenizer,
 )
 from support.tiny_models import build_tokenizer as build_tokenizer
 
@@ -58,22 +59,6 @@ def tiny_model(model_type: str, *, head: str = "base", num_labels: int = 1,
     LayerNorm is the identity and no bias is zero)."""
     kwargs = {"vocab_size": len(_vocab()), **COMMON, **ENCODERS[model_type], **overrides}
     return random_model(model_type, kwargs, head=head, num_labels=num_labels, seed=seed)
-
-
-def write_tokenizer(dest: Path) -> None:
-    build_tokenizer(decoder=False).save(str(dest / "tokenizer.json"))
-    tok_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "pad_token": "[PAD]",
-        "unk_token": "[UNK]",
-        "cls_token": "[CLS]",
-        "sep_token": "[SEP]",
-        "mask_token": "[MASK]",
-        "model_max_length": 120,
-        "padding_side": "right",
-        "model_input_names": ["input_ids", "attention_mask"],
-    }
-    (dest / "tokenizer_config.json").write_text(json.dumps(tok_config))
 
 
 def build_encoder(

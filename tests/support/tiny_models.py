@@ -126,7 +126,16 @@ def build_checkpoint(
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest)
 
-    decoder = model_type in DECODERS
+    write_tokenizer(dest, decoder=model_type in DECODERS,
+                    token_types=model_type in WITH_TOKEN_TYPES)
+    _save_the_tokenizer_transformers_builds(dest)
+    if st_pooling is not None:
+        _write_sentence_transformers(dest, st_pooling, dense_out, prompts)
+    return dest
+
+
+def write_tokenizer(dest: Path, *, decoder: bool = False, token_types: bool = False) -> None:
+    """tokenizer.json and tokenizer_config.json as a hub checkpoint ships them."""
     build_tokenizer(decoder=decoder).save(str(dest / "tokenizer.json"))
     tok_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -138,13 +147,9 @@ def build_checkpoint(
         "model_max_length": 120,
         "padding_side": "left" if decoder else "right",
         "model_input_names": ["input_ids", "attention_mask"]
-        + (["token_type_ids"] if model_type in WITH_TOKEN_TYPES else []),
+        + (["token_type_ids"] if token_types else []),
     }
     (dest / "tokenizer_config.json").write_text(json.dumps(tok_config))
-    _save_the_tokenizer_transformers_builds(dest)
-    if st_pooling is not None:
-        _write_sentence_transformers(dest, st_pooling, dense_out, prompts)
-    return dest
 
 
 def _write_sentence_transformers(
