@@ -70,7 +70,7 @@ class Admission:
         metrics: Metrics,
         *,
         max_concurrent_requests: int,
-        tokenization_workers: int,
+        pool: ThreadPoolExecutor,
         default_prompt_name: str | None = None,
         default_prompt: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
@@ -79,15 +79,11 @@ class Admission:
         self.worker = worker
         self.metrics = metrics
         self.permits = Permits(max_concurrent_requests)
-        self.pool = ThreadPoolExecutor(
-            max_workers=tokenization_workers, thread_name_prefix="tei-tokenizer"
-        )
+        self.pool = pool
+        """The tokenizer threads (shared by every model of the process; not closed here)."""
         self.default_prompt_name = default_prompt_name
         self.default_prompt = default_prompt
         self.clock = clock
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
 
     async def off_loop(self, fn: Callable[[], object]) -> object:
         """Run `fn` on the tokenizer pool (tokenize, decode, big JSON encodes)."""

@@ -1,5 +1,10 @@
-"""`tei-serve`: parse settings, resolve and load the model, warm it up, serve with uvicorn
+"""`tei-serve`: parse settings, resolve and load the models, warm them up, serve with uvicorn
 (or, with --grpc, TEI's gRPC API on grpc.aio: tei_serve.grpc.server).
+
+Several --model-id load in order into one process (`tei_serve.models`); the first that
+cannot load stops the start with one error line naming it. Each gets the usable cores
+divided by the number of models as its onnxruntime intra-op threads (unless
+--intra-op-threads is given), so models running at once do not oversubscribe the cores.
 
 uvicorn owns SIGTERM/SIGINT: it stops accepting, waits for every accepted request to be
 answered, then runs the app's shutdown (which drains the batch queue), and `main` exits 0.
@@ -14,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 
 import uvicorn
 
@@ -26,6 +32,7 @@ from tei_serve.http.app import build_app
 from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import Input, ServedModel
 from tei_serve.model_source import ModelSourceError, resolve
+from tei_serve.models import LoadedModel, Models, build_models
 from tei_serve.serving import Serving
 from tei_serve.settings import Settings, SettingsError, load_settings
 from tei_serve.worker import forward_in_pieces
@@ -72,11 +79,18 @@ def check_limits(settings: Settings, model_max_length: int) -> None:
     )
 
 
-def load_model(settings: Settings) -> tuple[Model, str]:
+class ModelLoadError(RuntimeError):
+    """One of several models could not load; the text names it."""
+
+
+def load_model(
+    settings: Settings, model_id: str | None = None, *, intra_op_threads: int | None = None
+) -> tuple[Model, str]:
+    """Resolve and load one model (`model_id`, default the first --model-id)."""
     import tei_runtime
 
     artifact, model_id = resolve(
-        settings.model_id,
+        model_id if model_id is not None else settings.model_id,
         revision=settings.revision,
         token=settings.hf_token,
         cache_dir=settings.huggingface_hub_cache,
@@ -89,7 +103,7 @@ def load_model(settings: Settings) -> tuple[Model, str]:
         artifact,
         device=settings.device,
         dtype=settings.dtype or "auto",
-        intra_op_threads=settings.intra_op_threads,
+        intra_op_threads=intra_op_threads or settings.intra_op_threads,
         max_batch_tokens=settings.max_batch_tokens,
         cache_dir=None,
     )
@@ -116,10 +130,54 @@ def warm_up(model: ServedModel, settings: Settings) -> None:
     forward_in_pieces(model, output_for_task(model.manifest.task), [one] * len(pieces[0]))
 
 
-def uvicorn_config(serving: Serving) -> uvicorn.Config:
-    s = serving.settings
+def served_name(model_id: str) -> str:
+    """A model's default served name beside others: its id's last path part."""
+    return PurePosixPath(model_id.rstrip("/")).name or model_id
+
+
+def split_threads(settings: Settings, count: int) -> int | None:
+    """Each model's intra-op threads: --intra-op-threads, else (several models) the usable
+    cores divided among them, at least one each; None lets one model take every core."""
+    if settings.intra_op_threads is not None or count == 1:
+        return settings.intra_op_threads
+    from tei_runtime.host import probe
+
+    return max(1, probe().usable_cores // count)
+
+
+def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
+    """Every --model-id loaded and warmed up, in order; `ModelLoadError` names the first
+    that fails."""
+    ids: Sequence[str | None] = settings.model_ids or (None,)
+    several = len(ids) > 1
+    threads = split_threads(settings, len(ids))
+    loaded: list[tuple[Model, LoadedModel]] = []
+    for i, wanted in enumerate(ids):
+        try:
+            model, model_id = load_model(settings, wanted, intra_op_threads=threads)
+            warm_up(model, settings)
+        except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
+            if not several:
+                raise
+            raise ModelLoadError(f"model {wanted} could not load: {e}") from e
+        if settings.served_model_names:
+            name = settings.served_model_names[i]
+        else:
+            name = served_name(model_id) if several else model_id
+        loaded.append((model, LoadedModel(model=model, model_id=model_id, served_model_name=name)))
+    names = [m.served_model_name for _, m in loaded]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ModelLoadError(
+            f"two models would be served as {twice[0]!r}: name them with --served-model-name"
+        )
+    return loaded
+
+
+def uvicorn_config(front: Serving | Models) -> uvicorn.Config:
+    s = front.settings
     return uvicorn.Config(
-        build_app(serving),
+        build_app(front),
         host=s.hostname,
         port=s.port,
         log_config=None,
@@ -134,14 +192,14 @@ def uvicorn_config(serving: Serving) -> uvicorn.Config:
     )
 
 
-def serve(serving: Serving) -> bool:
+def serve(served: Serving | Models) -> bool:
     """Serve until SIGTERM/SIGINT; False when the server could not start.
 
     uvicorn re-raises the signal it caught once it has shut down gracefully, to the handler
     that was there before it; that handler is a no-op here, so the process exits 0 as TEI's
     does after a graceful shutdown.
     """
-    uv = uvicorn.Server(uvicorn_config(serving))
+    uv = uvicorn.Server(uvicorn_config(served))
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _after_shutdown)
@@ -149,14 +207,14 @@ def serve(serving: Serving) -> bool:
     return bool(uv.started)
 
 
-def serve_grpc(serving: Serving) -> bool:
+def serve_grpc(served: Serving | Models) -> bool:
     """`--grpc`: serve TEI's gRPC API until SIGTERM/SIGINT, then stop gracefully (calls in
     flight finish, the queue drains); False when the server could not start."""
     from tei_serve.grpc.server import GrpcStartError
     from tei_serve.grpc.server import serve_grpc as run
 
     try:
-        asyncio.run(run(serving))
+        asyncio.run(run(served))
     except (GrpcStartError, MetricsPortError) as e:
         log.error("%s", e)
         return False
@@ -180,23 +238,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.disable_spans and settings.otlp_endpoint:
         log.warning("--disable-spans is set: no request spans go to %s", settings.otlp_endpoint)
     try:
-        model, model_id = load_model(settings)
-    except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
+        loaded = load_models(settings)
+    except (ModelSourceError, SettingsError, TeiRuntimeError, ModelLoadError) as e:
         log.error("%s", e)
         return 1
-    warm_up(model, settings)
-    serving = Serving(settings=settings, model=model, model_id=model_id)
-    log.info(
-        "ready: model=%s task=%s provider=%s variant=%s max_input_length=%d "
-        "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
-        "max_client_batch_size=%d listening on %s:%d",
-        model_id, model.manifest.task.value, model.provider,
-        model.precision.value, model.max_input_length,
-        settings.max_batch_tokens, settings.max_batch_requests,
-        settings.max_concurrent_requests, settings.max_client_batch_size,
-        settings.hostname, settings.port,
-    )
-    ok = serve_grpc(serving) if settings.grpc else serve(serving)
+    models = build_models(settings, [m for _, m in loaded])
+    for model, m in loaded:
+        log.info(
+            "ready: model=%s task=%s provider=%s variant=%s max_input_length=%d "
+            "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
+            "max_client_batch_size=%d listening on %s:%d%s",
+            m.model_id, model.manifest.task.value, model.provider,
+            model.precision.value, model.max_input_length,
+            settings.max_batch_tokens, settings.max_batch_requests,
+            settings.max_concurrent_requests, settings.max_client_batch_size,
+            settings.hostname, settings.port,
+            f" served_model_name={m.served_model_name}" if models.several else "",
+        )
+    ok = serve_grpc(models) if settings.grpc else serve(models)
     return 0 if ok else 1
 
 

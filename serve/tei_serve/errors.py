@@ -68,6 +68,9 @@ class TeiError(Exception):
         super().__init__(message)
         self.message = message
         self.status_override = status
+        self.model: str | None = None
+        """The served model whose operation failed (its `model` metric label); None when it
+        failed before a model was picked."""
 
     @property
     def http_status(self) -> int:
@@ -145,6 +148,21 @@ class UnhealthyError(TeiError):
 
     def __init__(self, message: str = "unhealthy") -> None:
         super().__init__(message)
+
+
+class ModelChoiceError(ValidationError):
+    """With several models: the request names none where several could answer, or names one
+    that cannot answer its route (422)."""
+
+
+class UnknownModelError(ValidationError):
+    """With several models: the request names a model this server does not serve (404)."""
+
+    status = 404
+
+    @property
+    def grpc_code(self) -> GrpcCode:
+        return GrpcCode.NOT_FOUND
 
 
 class ClientGoneError(TeiError):

@@ -3,13 +3,18 @@
 TEI's exporter writes counters under their plain name (`te_request_count`, no `_total`), which
 prometheus-client cannot do, so counters are kept here and rendered by hand beside the
 registry's histograms and gauges. Everything is updated from the event loop thread.
+
+One process has one `MetricFamilies` (what /metrics and --prometheus-port render); each served
+model records through its own `Metrics` view of it. With several models every series carries
+a `model` label (the served model name); with one it carries none, exactly as TEI's.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -28,6 +33,7 @@ BATCH_TOKENS_BUCKETS = tuple(float(2**k) for k in range(21))
 Family = Literal["embed", "predict"]
 """TEI's per-capability metric families; tokenize and decode count in neither."""
 Method = Literal["single", "batch"]
+M = TypeVar("M", Histogram, Gauge)
 
 _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "te_request_count": ("Requests received", ("method",)),
@@ -40,17 +46,21 @@ _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-class Metrics:
-    def __init__(self, max_input_length: int) -> None:
+class MetricFamilies:
+    """The te_* families of one process; `model_label` adds the `model` label to each."""
+
+    def __init__(self, max_input_length: int, *, model_label: bool = False) -> None:
+        self.model_label = model_label
         self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
-        self._counters: dict[str, dict[tuple[str, ...], float]] = {
+        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = {
             name: defaultdict(float) for name in _COUNTERS
         }
         r = self.registry
+        labels = ("model",) if model_label else ()
 
         def duration(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, buckets=DURATION_BUCKETS, registry=r)
+            return Histogram(name, doc, labels, buckets=DURATION_BUCKETS, registry=r)
 
         self.request_duration = duration("te_request_duration", "Request duration")
         self.request_tokenization = duration(
@@ -72,21 +82,102 @@ class Metrics:
         self.predict_inference = duration("te_predict_inference_duration", "Predict inference")
         length_buckets = tuple(float(2**k) for k in range(20) if 2**k <= max_input_length)
         self.input_length = Histogram(
-            "te_request_input_length", "Input length in tokens",
+            "te_request_input_length", "Input length in tokens", labels,
             buckets=length_buckets or (1.0,), registry=r,
         )
-        self.queue_size = Gauge("te_queue_size", "Entries waiting in the queue", registry=r)
+        self.queue_size = Gauge("te_queue_size", "Entries waiting in the queue", labels,
+                                registry=r)  # fmt: skip
         self.batch_next_size = Histogram(
-            "te_batch_next_size", "Entries per batch", buckets=BATCH_SIZE_BUCKETS, registry=r
+            "te_batch_next_size", "Entries per batch", labels, buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
         )
         self.batch_next_tokens = Histogram(
-            "te_batch_next_tokens", "Padded tokens per batch",
+            "te_batch_next_tokens", "Padded tokens per batch", labels,
             buckets=BATCH_TOKENS_BUCKETS, registry=r,
         )
 
-    def inc(self, name: str, *labels: str, by: float = 1.0) -> None:
+    def _key(self, name: str, model: str | None, labels: Sequence[str]) -> tuple[
+        tuple[str, str], ...
+    ]:
+        pairs = list(zip(_COUNTERS[name][1], labels, strict=True))
+        if self.model_label and model is not None:
+            pairs.insert(0, ("model", model))
+        return tuple(pairs)
+
+    def inc(self, name: str, *labels: str, model: str | None = None, by: float = 1.0) -> None:
+        key = self._key(name, model, labels)
         with self._lock:
-            self._counters[name][labels] += by
+            self._counters[name][key] += by
+
+    def failure(self, err: str, *, model: str | None = None) -> None:
+        """A failed request, under the model it was for (None: it failed before one was
+        picked, and carries no `model` label)."""
+        self.inc("te_request_failure", err, model=model)
+
+    def counter_value(self, name: str, *labels: str, model: str | None = None) -> float:
+        key = self._key(name, model, labels)
+        with self._lock:
+            return self._counters[name].get(key, 0.0)
+
+    def view(self, model: str) -> Metrics:
+        return Metrics(families=self, model=model)
+
+    def render(self) -> bytes:
+        lines: list[str] = []
+        with self._lock:
+            for name, (doc, _) in _COUNTERS.items():
+                values = self._counters[name]
+                if not values:
+                    continue
+                lines.append(f"# HELP {name} {doc}")
+                lines.append(f"# TYPE {name} counter")
+                for labels, value in sorted(values.items()):
+                    if labels:
+                        inner = ",".join(f'{k}="{v}"' for k, v in labels)
+                        lines.append(f"{name}{{{inner}}} {value:g}")
+                    else:
+                        lines.append(f"{name} {value:g}")
+        text = "\n".join(lines) + ("\n" if lines else "")
+        return text.encode() + prometheus_client.generate_latest(self.registry)
+
+
+class Metrics:
+    """One served model's view of the process's `MetricFamilies` (its own families when built
+    alone, as a single-model server and the tests do)."""
+
+    def __init__(
+        self,
+        max_input_length: int = 512,
+        *,
+        families: MetricFamilies | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.families = families if families is not None else MetricFamilies(max_input_length)
+        f = self.families
+        self.model = model if f.model_label else None
+        child = self._child
+        self.request_duration = child(f.request_duration)
+        self.request_tokenization = child(f.request_tokenization)
+        self.request_queue = child(f.request_queue)
+        self.request_inference = child(f.request_inference)
+        self.embed_duration = child(f.embed_duration)
+        self.embed_tokenization = child(f.embed_tokenization)
+        self.embed_queue = child(f.embed_queue)
+        self.embed_inference = child(f.embed_inference)
+        self.predict_duration = child(f.predict_duration)
+        self.predict_tokenization = child(f.predict_tokenization)
+        self.predict_queue = child(f.predict_queue)
+        self.predict_inference = child(f.predict_inference)
+        self.input_length = child(f.input_length)
+        self.queue_size = child(f.queue_size)
+        self.batch_next_size = child(f.batch_next_size)
+        self.batch_next_tokens = child(f.batch_next_tokens)
+
+    def _child(self, metric: M) -> M:
+        return metric if self.model is None else metric.labels(self.model)
+
+    def inc(self, name: str, *labels: str, by: float = 1.0) -> None:
+        self.families.inc(name, *labels, model=self.model, by=by)
 
     def received(self, method: Method, family: Family | None, n: int) -> None:
         """A request of `n` inputs arrived (counted before it is validated, as TEI does)."""
@@ -121,28 +212,11 @@ class Metrics:
             histogram.observe(seconds)
 
     def failure(self, err: str) -> None:
-        self.inc("te_request_failure", err)
+        self.families.failure(err, model=self.model)
 
     def counter_value(self, name: str, *labels: str) -> float:
-        with self._lock:
-            return self._counters[name].get(labels, 0.0)
+        return self.families.counter_value(name, *labels, model=self.model)
 
     def render(self) -> bytes:
-        lines: list[str] = []
-        with self._lock:
-            for name, (doc, label_names) in _COUNTERS.items():
-                values = self._counters[name]
-                if not values:
-                    continue
-                lines.append(f"# HELP {name} {doc}")
-                lines.append(f"# TYPE {name} counter")
-                for labels, value in sorted(values.items()):
-                    if label_names:
-                        inner = ",".join(
-                            f'{k}="{v}"' for k, v in zip(label_names, labels, strict=True)
-                        )
-                        lines.append(f"{name}{{{inner}}} {value:g}")
-                    else:
-                        lines.append(f"{name} {value:g}")
-        text = "\n".join(lines) + ("\n" if lines else "")
-        return text.encode() + prometheus_client.generate_latest(self.registry)
+        """Every model's metrics: the process's families."""
+        return self.families.render()

@@ -2,8 +2,9 @@
 
 `observed` wraps the awaiting of one serving operation: it counts the request in te_* metrics
 before it runs (TEI counts before validating), then on success records its `Metadata` in the
-duration histograms, writes its span (--otlp-endpoint) and its log line; on failure it writes
-the span with the error and re-raises (the front-end's error handler counts the failure).
+duration histograms, writes its span (--otlp-endpoint, with the served `model` name) and its
+log line; on failure it writes the span with the error, marks the error with the model and
+re-raises (the front-end's error handler counts the failure under that model).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from tei_serve.errors import TeiError
 from tei_serve.metrics import Family, Method
 
 if TYPE_CHECKING:
@@ -50,16 +52,20 @@ async def observed(
     started = serving.clock()
     serving.metrics.received(method, family, n)
     tracing = serving.tracing
+    model = serving.served_model_name
     try:
         result = await work
     except Exception as e:
+        if isinstance(e, TeiError) and e.model is None:
+            e.model = model  # the front-end counts the failure under this model
         if tracing is not None:
-            tracing.record(handler, route, carrier, None, serving.clock() - started, error=e)
+            tracing.record(handler, route, carrier, None, serving.clock() - started, error=e,
+                           model=model)  # fmt: skip
         raise
     meta = result.metadata
     serving.metrics.record(method, family, n, meta)
     if tracing is not None:
-        tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9)
+        tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9, model=model)
     if log.isEnabledFor(logging.INFO):
         log.info(
             "%s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",

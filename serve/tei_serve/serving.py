@@ -2,9 +2,10 @@
 
 No transport lives here (no litestar, no grpc, no protobuf). A front-end:
 
-1. Constructs one `Serving(settings=..., model=..., model_id=...)` per loaded model, calls
-   `start()` inside its running event loop before the first request and `await stop()` after
-   the last one (stop answers everything already queued, then ends the batching tasks).
+1. Constructs one `Serving(settings=..., model=..., model_id=...)` per loaded model (with
+   several, all over one `Shared`: see `tei_serve.models`), calls `start()` inside its
+   running event loop before the first request and `await stop()` after the last one (stop
+   answers everything already queued, then ends the batching tasks).
 2. Maps its wire request to a query Struct (`EmbedQuery`, `PredictQuery`, ...) and awaits the
    operation (`await serving.embed(query)`). Each returns a typed result carrying vectors or
    scores and, for model work, a `Metadata` (characters, tokens, and the tokenization / queue /
@@ -30,6 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from typing import Literal, TypeVar
 
@@ -52,7 +54,7 @@ from tei_serve.errors import (
     ValidationError,
     from_runtime,
 )
-from tei_serve.metrics import Metrics
+from tei_serve.metrics import MetricFamilies, Metrics
 from tei_serve.model import Input, ServedModel
 from tei_serve.settings import Settings
 from tei_serve.tracing import Tracing, make_tracing
@@ -79,6 +81,7 @@ __all__ = (
     "Ranks",
     "RerankQuery",
     "Serving",
+    "Shared",
     "Similarities",
     "SimilarityQuery",
     "SparseVectors",
@@ -288,8 +291,34 @@ def version() -> str:
 # -- the core -----------------------------------------------------------------------------------
 
 
+class Shared:
+    """What the models of one process share: one tokenizer thread pool (--tokenization-workers
+    threads, not that many per model), the te_* metric families and the span exporter."""
+
+    def __init__(self, settings: Settings, *, max_input_length: int, model_label: bool) -> None:
+        self.pool = ThreadPoolExecutor(
+            max_workers=settings.effective_tokenization_workers(),
+            thread_name_prefix="tei-tokenizer",
+        )
+        self.families = MetricFamilies(max_input_length, model_label=model_label)
+        self.tracing: Tracing | None = make_tracing(
+            None if settings.disable_spans else settings.otlp_endpoint, settings.otlp_service_name
+        )
+        """Request spans (--otlp-endpoint), written by the front-ends; None when off (no
+        endpoint, or --disable-spans)."""
+
+    def close(self) -> None:
+        """Stop the tokenizer pool and flush the spans (after every model has stopped)."""
+        self.pool.shutdown(wait=True)
+        if self.tracing is not None:
+            self.tracing.shutdown()
+
+
 class Serving:
-    """One loaded model's operations. Not thread-safe: call it from its event loop only."""
+    """One loaded model's operations. Not thread-safe: call it from its event loop only.
+
+    Built alone (no `shared`), it owns its tokenizer pool, metrics and spans, and `stop()`
+    closes them; built over a `Shared`, the owner of that closes it."""
 
     def __init__(
         self,
@@ -297,16 +326,26 @@ class Serving:
         settings: Settings,
         model: ServedModel,
         model_id: str,
+        served_model_name: str | None = None,
+        shared: Shared | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.settings = settings
         self.model = model
         self.model_id = model_id
+        self.served_model_name: str = served_model_name or settings.served_model_name or model_id
+        """The name requests pick this model by, and the `model` of OpenAI answers."""
+        self.created = int(time.time())
+        """When it was loaded (Unix seconds; `created` in GET /v1/models)."""
         self.clock = clock
         self.task: Task = model.manifest.task
         self.output: Output = output_for_task(self.task)
         """The forward this model serves."""
-        self.metrics = Metrics(model.max_input_length)
+        self._owns_shared = shared is None
+        self.shared = shared if shared is not None else Shared(
+            settings, max_input_length=model.max_input_length, model_label=False
+        )
+        self.metrics = Metrics(families=self.shared.families, model=self.served_model_name)
         self.worker = Worker(
             model,
             max_batch_tokens=settings.max_batch_tokens,
@@ -320,16 +359,12 @@ class Serving:
             self.worker,
             self.metrics,
             max_concurrent_requests=settings.max_concurrent_requests,
-            tokenization_workers=settings.effective_tokenization_workers(),
+            pool=self.shared.pool,
             default_prompt_name=settings.default_prompt_name,
             default_prompt=settings.default_prompt,
             clock=clock,
         )
-        self.tracing: Tracing | None = make_tracing(
-            None if settings.disable_spans else settings.otlp_endpoint, settings.otlp_service_name
-        )
-        """Request spans (--otlp-endpoint), written by the front-ends; None when off (no
-        endpoint, or --disable-spans)."""
+        self.tracing: Tracing | None = self.shared.tracing
         self.info: ModelInfo = self._model_info()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -339,12 +374,11 @@ class Serving:
         self.worker.start()
 
     async def stop(self) -> None:
-        """Answer every queued entry, then stop the tasks and the tokenizer pool, and flush
-        the spans."""
+        """Answer every queued entry, then stop the tasks (and, when this model owns them,
+        the tokenizer pool and the spans)."""
         await self.worker.stop()
-        self.admission.close()
-        if self.tracing is not None:
-            self.tracing.shutdown()
+        if self._owns_shared:
+            self.shared.close()
 
     async def health(self) -> None:
         """Return when the model answers; `UnhealthyError` when it does not (a probe runs only
@@ -357,13 +391,9 @@ class Serving:
         if not self.worker.healthy:
             raise UnhealthyError()
 
-    @property
-    def served_model_name(self) -> str:
-        return self.settings.served_model_name or self.model_id
-
     async def offload(self, fn: Callable[[], T]) -> T:
         """Run CPU-heavy work (a large response encode) on the tokenizer pool."""
-        return await asyncio.get_running_loop().run_in_executor(self.admission.pool, fn)
+        return await asyncio.get_running_loop().run_in_executor(self.shared.pool, fn)
 
     # -- embeddings -----------------------------------------------------------------------
 

@@ -31,11 +31,13 @@ class SettingsError(ValueError):
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    model_id: str | None = None
+    model_ids: tuple[str, ...] = ()
+    """--model-id, repeated to serve several models (empty: the bundled default)."""
     revision: str | None = None
     tokenization_workers: int | None = None
     dtype: str | None = None
-    served_model_name: str | None = None
+    served_model_names: tuple[str, ...] = ()
+    """--served-model-name, one per --model-id in the same order (or none)."""
     pooling: str | None = None
     max_concurrent_requests: int = 512
     max_batch_tokens: int = 16384
@@ -75,6 +77,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return f"Settings({', '.join(parts)})"
 
     __str__ = __repr__
+
+    @property
+    def model_id(self) -> str | None:
+        """The first --model-id (the only one of a single-model server)."""
+        return self.model_ids[0] if self.model_ids else None
+
+    @property
+    def served_model_name(self) -> str | None:
+        """The first --served-model-name."""
+        return self.served_model_names[0] if self.served_model_names else None
 
     def compatibility_only(self) -> list[str]:
         """Flags set to something other than their default that change nothing here."""
@@ -147,24 +159,29 @@ class _Option:
     optional_value: bool = False
     """`--auto-truncate` takes an optional value, like clap's num_args 0..=1."""
     multiple: bool = False
+    field: str | None = None
+    """The Settings field, where it is not the flag's snake_case name."""
 
     @property
     def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+        return self.field or self.flag.lstrip("-").replace("-", "_")
 
     @property
     def env(self) -> str:
-        return self.dest.upper()
+        return self.flag.lstrip("-").replace("-", "_").upper()
 
 
 _OPTIONS: tuple[_Option, ...] = (
     _Option("--model-id", str, "Artifact folder, checkpoint folder or hub id (exported on first "
-            "start). Default: the bundled all-MiniLM-L6-v2."),
+            "start); repeat it (or comma-separate MODEL_ID) to serve several models from one "
+            "process. Default: the bundled all-MiniLM-L6-v2.", multiple=True, field="model_ids"),
     _Option("--revision", str, "Hub revision (branch, tag or commit) of --model-id."),
     _Option("--tokenization-workers", _positive_int,
             "Tokenizer threads. Default: CPU cores - 1, clamped to 1..64."),
     _Option("--dtype", _dtype, "Variant to load: float32, float16 or int8."),
-    _Option("--served-model-name", str, "Name returned in OpenAI responses. Default: model id."),
+    _Option("--served-model-name", str, "Name requests pick the model by and OpenAI responses "
+            "return; with several models repeat it, in --model-id order. Default: the model id "
+            "(several models: its last path part).", multiple=True, field="served_model_names"),
     _Option("--pooling", _pooling, "Override pooling when exporting: cls, mean, splade, "
             "last-token."),
     _Option("--max-concurrent-requests", _positive_int,
@@ -200,7 +217,8 @@ _OPTIONS: tuple[_Option, ...] = (
             "reflection) on --port instead of HTTP."),
     _Option("--device", str, "Execution provider: auto, cpu, cuda, tensorrt, rocm, openvino.",
             aliases=("--providers",)),
-    _Option("--intra-op-threads", _positive_int, "ONNX Runtime intra-op threads."),
+    _Option("--intra-op-threads", _positive_int, "ONNX Runtime intra-op threads of each model. "
+            "Default: the usable cores, split evenly between the models."),
     _Option("--max-queue-wait-ms", float, "Longest an entry waits before batches are packed "
             "strictly first-come first-served."),
     _Option("--log-level", str, "Log level (also LOG_LEVEL)."),
@@ -245,6 +263,20 @@ def _from_env(opt: _Option, raw: str) -> Any:
         raise SettingsError(f"env {opt.env}={raw!r}: {e}") from e
 
 
+def _check_models(values: dict[str, Any]) -> None:
+    """One --served-model-name per --model-id (or none), no name twice."""
+    ids = values.get("model_ids", [])
+    names = values.get("served_model_names", [])
+    if names and len(names) != max(1, len(ids)):
+        raise SettingsError(
+            f"--served-model-name is given {len(names)} times for {max(1, len(ids))} "
+            "--model-id: give one per model, in the same order, or none"
+        )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SettingsError(f"--served-model-name {repeated[0]!r} is given twice")
+
+
 def load_settings(
     argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 ) -> Settings:
@@ -261,6 +293,7 @@ def load_settings(
             values[opt.dest] = env["HF_API_TOKEN"]
     if "cors_allow_origin" in values:
         values["cors_allow_origin"] = tuple(values["cors_allow_origin"])
+    _check_models(values)
     if values.get("default_prompt_name") and values.get("default_prompt"):
         raise SettingsError("--default-prompt-name and --default-prompt cannot both be set")
     hostname = values.get("hostname")

@@ -49,10 +49,12 @@ class Tracing:
         meta: Metadata | None,
         elapsed: float,
         error: BaseException | None = None,
+        model: str | None = None,
     ) -> None:
         """Spans of one answered (or failed) request that has run for `elapsed` seconds; the
-        request span is named after the TEI `handler` that ran (TEI's span names). A failed
-        request has no `meta`: its span carries the error and no stage children."""
+        request span is named after the TEI `handler` that ran (TEI's span names) and carries
+        the served `model` name. A failed request has no `meta`: its span carries the error
+        and no stage children."""
         from opentelemetry import trace
 
         end = time.time_ns()
@@ -72,6 +74,8 @@ class Tracing:
             "inputs.characters": meta.compute_chars if meta is not None else 0,
             "inputs.tokens": meta.compute_tokens if meta is not None else 0,
         })  # fmt: skip
+        if model is not None:
+            span.set_attribute("model", model)
         if error is not None:
             span.record_exception(error)
             span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))

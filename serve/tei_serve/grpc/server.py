@@ -7,7 +7,9 @@ and Rerank for a reranker) follow the backend's health, as TEI's do, and so does
 a whole (""), which is what Kubernetes' gRPC probe and the image's HEALTHCHECK ask (TEI leaves
 "" SERVING). The other services are NOT_SERVING: every call to them fails. A Check on the
 model's services (or "") while the backend is unhealthy runs a probe forward first, as
-HTTP's /health does, so a recovered backend is seen again.
+HTTP's /health does, so a recovered backend is seen again. With several models, the services
+of every model's task are followed, and they (and "") are SERVING only while every model is
+healthy.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tei_serve.grpc import tei_pb2
 from tei_serve.grpc.auth import BearerAuth
 from tei_serve.grpc.services import TeiServices
 from tei_serve.metrics_port import MetricsPort
+from tei_serve.models import Models
 from tei_serve.serving import Serving
 
 log = logging.getLogger("tei_serve")
@@ -62,16 +65,17 @@ def listen_address(hostname: str, port: int) -> str:
 class ModelHealth(health.aio.HealthServicer):
     """The standard health service, with the model's services checked against the backend."""
 
-    def __init__(self, serving: Serving) -> None:
+    def __init__(self, models: Models) -> None:
         super().__init__()
-        self.serving = serving
-        self.followed = ("", *model_services(serving.task))
+        self.models = models
+        served = {name for s in models.servings for name in model_services(s.task)}
+        self.followed = ("", *(name for name in MODEL_SERVICES if name in served))
 
     async def refresh(self) -> None:
-        """Set the followed services from the backend's health (probing it when unhealthy)."""
+        """Set the followed services from the backends' health (probing those unhealthy)."""
         status: int
         try:
-            await self.serving.health()
+            await self.models.health()
             status = health_pb2.HealthCheckResponse.SERVING
         except UnhealthyError:
             status = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -87,19 +91,20 @@ class ModelHealth(health.aio.HealthServicer):
 
 
 class GrpcServer:
-    """The running gRPC front-end of one `Serving`: start, serve, stop."""
+    """The running gRPC front-end of the served models: start, serve, stop."""
 
-    def __init__(self, serving: Serving) -> None:
-        self.serving = serving
-        s = serving.settings
-        self.health = ModelHealth(serving)
-        self.metrics_port = MetricsPort(serving.metrics.render, s.hostname, s.prometheus_port)
+    def __init__(self, front: Serving | Models) -> None:
+        self.models = Models.of(front)
+        s = self.models.settings
+        self.health = ModelHealth(self.models)
+        self.metrics_port = MetricsPort(self.models.families.render, s.hostname,
+                                        s.prometheus_port)  # fmt: skip
         self.port = 0
         self._grpc: aio.Server | None = None
 
     def _build(self) -> aio.Server:
         """The grpc.aio server, built inside the running loop (it binds to the loop)."""
-        s = self.serving.settings
+        s = self.models.settings
         server = aio.server(
             interceptors=[BearerAuth(s.api_key)] if s.api_key is not None else [],
             options=[
@@ -109,7 +114,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        for service, handlers in TeiServices(self.serving).handlers().items():
+        for service, handlers in TeiServices(self.models).handlers().items():
             server.add_registered_method_handlers(service, handlers)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         names = [*ALWAYS_SERVING, *MODEL_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -117,7 +122,7 @@ class GrpcServer:
         return server
 
     async def start(self) -> None:
-        s = self.serving.settings
+        s = self.models.settings
         address = listen_address(s.hostname, s.port)
         self._grpc = self._build()
         try:
@@ -125,7 +130,7 @@ class GrpcServer:
         except RuntimeError as e:
             raise GrpcStartError(f"cannot listen on {address}: {e}") from e
         await self.metrics_port.start()
-        self.serving.start()
+        self.models.start()
         await self._grpc.start()
         await self._set_health()
         log.info("serving gRPC (tei.v1, grpc.health.v1, reflection) on %s", address)
@@ -142,13 +147,13 @@ class GrpcServer:
         await self.health.enter_graceful_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(grace)
-        await self.serving.stop()
+        await self.models.stop()
         await self.metrics_port.close()
 
 
-async def serve_grpc(serving: Serving) -> None:
+async def serve_grpc(served: Serving | Models) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully."""
-    front = GrpcServer(serving)
+    front = GrpcServer(served)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,6 +13,11 @@ As in TEI, a message's `truncate` is used as sent (proto3: false unless set) rat
 --max-concurrent-requests) so the batcher packs them together. Unlike TEI, whose stream
 messages wait for a free permit, a message that finds none ends the stream
 RESOURCE_EXHAUSTED, as a unary call would.
+
+With several models, a call picks its model by the `model` metadata key (`Models.pick`, the
+rules of `tei_serve.routing`): a name not served ends it NOT_FOUND, no name where several
+models could answer, or a model that cannot, INVALID_ARGUMENT. Info describes the named
+model, else the first.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from tei_serve.errors import TeiError, ValidationError
 from tei_serve.grpc import tei_pb2 as pb
 from tei_serve.grpc.streams import answer_in_order
 from tei_serve.metrics import Family, Method
+from tei_serve.models import Models
+from tei_serve.routing import Route
 from tei_serve.serving import (
     DecodeQuery,
     Direction,
@@ -55,6 +62,8 @@ if TYPE_CHECKING:  # generic only in the type stubs
 
 DEFAULT_STREAM_WINDOW = 1024
 """TEI's default GRPC_MAX_PARALLEL_STREAM_REQUESTS."""
+MODEL_KEY = "model"
+"""The call metadata key that names the served model (several models only)."""
 
 _MODEL_TYPES = {
     Task.EMBED: pb.MODEL_TYPE_EMBEDDING,
@@ -64,10 +73,10 @@ _MODEL_TYPES = {
 }
 
 
-def stream_window(serving: Serving, env: Mapping[str, str] = os.environ) -> int:
+def stream_window(front: Serving | Models, env: Mapping[str, str] = os.environ) -> int:
     raw = env.get("GRPC_MAX_PARALLEL_STREAM_REQUESTS", "")
     window = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_STREAM_WINDOW
-    return min(window, serving.settings.max_concurrent_requests)
+    return min(window, front.settings.max_concurrent_requests)
 
 
 def direction(value: int) -> Direction:
@@ -115,20 +124,27 @@ class Call:
         """The call's metadata (a `traceparent` continues the caller's trace)."""
         return {k: v for k, v in self.context.invocation_metadata() or () if isinstance(v, str)}
 
+    def model(self) -> str | None:
+        """The served model the call names (its `model` metadata), if any."""
+        return self.headers().get(MODEL_KEY)
+
 
 class TeiServices:
-    """The five `tei.v1` services of one `Serving`, as method handlers to register."""
+    """The five `tei.v1` services over the served models, as method handlers to register."""
 
-    def __init__(self, serving: Serving, *, window: int | None = None) -> None:
-        self.serving = serving
-        self.window = window if window is not None else stream_window(serving)
+    def __init__(self, front: Serving | Models, *, window: int | None = None) -> None:
+        self.models = Models.of(front)
+        self.window = window if window is not None else stream_window(self.models)
+
+    def pick(self, route: Route, call: Call) -> Serving:
+        return self.models.pick(route, call.model())
 
     # -- the error path and the record path -----------------------------------------------
 
     async def fail(self, context: Context, err: TeiError) -> NoReturn:
         """End the call with the error's gRPC code and text, counted as HTTP counts it."""
         if err.metric is not None:
-            self.serving.metrics.failure(err.metric)
+            self.models.families.failure(err.metric, model=err.model)
         await context.abort(grpc.StatusCode[err.grpc_code.name], err.message)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
@@ -139,11 +155,11 @@ class TeiServices:
             await self.fail(context, e)
 
     def observed(
-        self, call: Call, work: Awaitable[observe.R], *, handler: str, family: Family, n: int = 1,
-        method: Method = "single",
+        self, call: Call, serving: Serving, work: Awaitable[observe.R], *, handler: str,
+        family: Family, n: int = 1, method: Method = "single",
     ) -> Awaitable[observe.R]:
         return observe.observed(
-            self.serving, work, handler=handler, route=call.route, carrier=call.headers(),
+            serving, work, handler=handler, route=call.route, carrier=call.headers(),
             method=method, family=family, n=n,
         )  # fmt: skip
 
@@ -161,12 +177,13 @@ class TeiServices:
 
     # -- Info -------------------------------------------------------------------------------
 
-    async def info(self, _request: pb.InfoRequest, _call: Call) -> pb.InfoResponse:
-        i = self.serving.info
+    async def info(self, _request: pb.InfoRequest, call: Call) -> pb.InfoResponse:
+        serving = self.models.described(call.model())
+        i = serving.info
         return pb.InfoResponse(
             version=i.version, sha=i.sha, docker_label=i.docker_label, model_id=i.model_id,
             model_sha=i.model_sha, model_dtype=i.model_dtype,
-            model_type=_MODEL_TYPES[self.serving.task],
+            model_type=_MODEL_TYPES[serving.task],
             max_concurrent_requests=i.max_concurrent_requests,
             max_input_length=i.max_input_length, max_batch_tokens=i.max_batch_tokens,
             max_batch_requests=i.max_batch_requests,
@@ -185,14 +202,16 @@ class TeiServices:
             normalize=True if normalize is None else normalize,
             dimensions=_optional(req, "dimensions"),
         )  # fmt: skip
-        r = await self.observed(call, self.serving.embed(q), handler="embed", family="embed",
-                                n=1)  # fmt: skip
+        serving = self.pick(Route.EMBED, call)
+        r = await self.observed(call, serving, serving.embed(q), handler="embed",
+                                family="embed", n=1)  # fmt: skip
         return pb.EmbedResponse(embeddings=r.vectors[0], metadata=metadata_message(r.metadata))
 
     async def _embed_sparse(
         self, req: pb.EmbedSparseRequest, call: Call
     ) -> pb.EmbedSparseResponse:
-        r = await self.observed(call, self.serving.embed_sparse(_embed_all_query(req)),
+        serving = self.pick(Route.EMBED_SPARSE, call)
+        r = await self.observed(call, serving, serving.embed_sparse(_embed_all_query(req)),
                                 handler="embed_sparse", family="embed", n=1)  # fmt: skip
         v = r.vectors[0]
         values = [pb.SparseValue(index=i, value=x) for i, x in zip(v.indices, v.values,
@@ -202,7 +221,8 @@ class TeiServices:
         )
 
     async def _embed_all(self, req: pb.EmbedAllRequest, call: Call) -> pb.EmbedAllResponse:
-        r = await self.observed(call, self.serving.embed_all(_embed_all_query(req)),
+        serving = self.pick(Route.EMBED_ALL, call)
+        r = await self.observed(call, serving, serving.embed_all(_embed_all_query(req)),
                                 handler="embed_all", family="embed", n=1)  # fmt: skip
         tokens = [pb.TokenEmbedding(embeddings=row) for row in r.vectors[0]]
         return pb.EmbedAllResponse(token_embeddings=tokens, metadata=metadata_message(r.metadata))
@@ -214,7 +234,8 @@ class TeiServices:
     ) -> pb.PredictResponse:
         q = PredictQuery(inputs=[item], truncate=req.truncate, raw_scores=req.raw_scores,
                          truncation_direction=direction(req.truncation_direction))  # fmt: skip
-        r = await self.observed(call, self.serving.predict(q), handler="predict",
+        serving = self.pick(Route.PREDICT, call)
+        r = await self.observed(call, serving, serving.predict(q), handler="predict",
                                 family="predict", n=1)  # fmt: skip
         predictions = [pb.Prediction(score=p.score, label=p.label) for p in r.predictions[0]]
         return pb.PredictResponse(predictions=predictions, metadata=metadata_message(r.metadata))
@@ -235,8 +256,9 @@ class TeiServices:
             truncation_direction=direction(req.truncation_direction),
             raw_scores=req.raw_scores, return_text=req.return_text,
         )  # fmt: skip
-        r = await self.observed(call, self.serving.rerank(q), handler="rerank", family="predict",
-                                n=len(q.texts), method="batch")  # fmt: skip
+        serving = self.pick(Route.RERANK, call)
+        r = await self.observed(call, serving, serving.rerank(q), handler="rerank",
+                                family="predict", n=len(q.texts), method="batch")  # fmt: skip
         ranks = [pb.Rank(index=k.index, score=k.score, text=k.text) for k in r.ranks]
         return pb.RerankResponse(ranks=ranks, metadata=metadata_message(r.metadata))
 
@@ -245,8 +267,11 @@ class TeiServices:
     ) -> pb.RerankResponse:
         """One (query, text) pair per message, ranked together once the client is done;
         `raw_scores` and `return_text` are read from the first message, as TEI does."""
-        serving = self.serving
         call = Call(context, "/tei.v1.Rerank/RerankStream")
+        try:
+            serving = self.pick(Route.RERANK, call)
+        except TeiError as e:
+            await self.fail(context, e)
         first: list[pb.RerankStreamRequest] = []
 
         async def score(m: pb.RerankStreamRequest) -> tuple[float, str, Metadata]:
@@ -272,8 +297,8 @@ class TeiServices:
 
         try:
             # the number of pairs is known only at the stream's end: counted in then
-            r = await self.observed(call, rank_all(), handler="rerank", family="predict", n=0,
-                                    method="batch")  # fmt: skip
+            r = await self.observed(call, serving, rank_all(), handler="rerank",
+                                    family="predict", n=0, method="batch")  # fmt: skip
         except TeiError as e:
             await self.fail(context, e)
         serving.metrics.inc("te_predict_count", by=len(r.ranks))
@@ -282,18 +307,18 @@ class TeiServices:
 
     # -- Tokenize ---------------------------------------------------------------------------
 
-    async def _tokenize(self, req: pb.EncodeRequest, _call: Call) -> pb.EncodeResponse:
+    async def _tokenize(self, req: pb.EncodeRequest, call: Call) -> pb.EncodeResponse:
         q = TokenizeQuery(inputs=[req.inputs], add_special_tokens=req.add_special_tokens,
                           prompt_name=_optional(req, "prompt_name"))  # fmt: skip
-        [tokens] = (await self.serving.tokenize(q)).tokens
+        [tokens] = (await self.pick(Route.TOKENIZE, call).tokenize(q)).tokens
         return pb.EncodeResponse(tokens=[
             pb.SimpleToken(id=t.id, text=t.text, special=t.special, start=t.start, stop=t.stop)
             for t in tokens
         ])  # fmt: skip
 
-    async def _decode(self, req: pb.DecodeRequest, _call: Call) -> pb.DecodeResponse:
+    async def _decode(self, req: pb.DecodeRequest, call: Call) -> pb.DecodeResponse:
         q = DecodeQuery(ids=[list(req.ids)], skip_special_tokens=req.skip_special_tokens)
-        [text] = (await self.serving.decode(q)).texts
+        [text] = (await self.pick(Route.DECODE, call).decode(q)).texts
         return pb.DecodeResponse(text=text)
 
     # -- registration -----------------------------------------------------------------------

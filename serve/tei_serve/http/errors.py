@@ -24,7 +24,7 @@ from tei_serve.errors import (
 )
 
 if TYPE_CHECKING:
-    from tei_serve.metrics import Metrics
+    from tei_serve.metrics import MetricFamilies
 
 log = logging.getLogger("tei_serve")
 
@@ -67,7 +67,7 @@ def _from_http(exc: HTTPException) -> TeiError:
     return BodyError(exc.detail, status=status)
 
 
-def make_exception_handler(metrics: Metrics) -> object:
+def make_exception_handler(metrics: MetricFamilies) -> object:
     """The app's single handler for every exception (Litestar's `{Exception: handler}`)."""
 
     def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
@@ -81,7 +81,7 @@ def make_exception_handler(metrics: Metrics) -> object:
             log.exception("unhandled error on %s", request.url.path, exc_info=exc)
             err = BackendError(f"internal error: {type(exc).__name__}", status=500)
         if err.metric is not None:
-            metrics.failure(err.metric)
+            metrics.failure(err.metric, model=err.model)
         return render(err, openai=request.url.path in OPENAI_PATHS)
 
     return handler

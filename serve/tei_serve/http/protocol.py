@@ -29,6 +29,8 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt_name: str | None = None
     normalize: bool = True
     dimensions: USize | None = None
+    model: str | None = None
+    """With several models: the served model name that answers (not in TEI's API)."""
 
 
 class EmbedAllRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +38,8 @@ class EmbedAllRequest(msgspec.Struct, frozen=True, kw_only=True):
     truncate: bool | None = None
     truncation_direction: WireDirection = "right"
     prompt_name: str | None = None
+    model: str | None = None
+    """With several models: the served model name that answers (not in TEI's API)."""
 
 
 class PredictRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +49,8 @@ class PredictRequest(msgspec.Struct, frozen=True, kw_only=True):
     raw_scores: bool = False
     instruction: str | None = None
     """Generative rerankers only (not in TEI's API): the instruction in their prompt."""
+    model: str | None = None
+    """With several models: the served model name that answers (not in TEI's API)."""
 
 
 class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +62,8 @@ class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
     return_text: bool = False
     instruction: str | None = None
     """Generative rerankers only (not in TEI's API): the instruction in their prompt."""
+    model: str | None = None
+    """With several models: the served model name that answers (not in TEI's API)."""
 
 
 class SimilarityInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,22 +80,29 @@ class SimilarityParameters(msgspec.Struct, frozen=True, kw_only=True):
 class SimilarityRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: SimilarityInput
     parameters: SimilarityParameters | None = None
+    model: str | None = None
+    """With several models: the served model name that answers (not in TEI's API)."""
 
 
 class TokenizeRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: str | list[str]
     add_special_tokens: bool = True
     prompt_name: str | None = None
+    model: str | None = None
+    """With several models: the served model name that answers (not in TEI's API)."""
 
 
 class DecodeRequest(msgspec.Struct, frozen=True, kw_only=True):
     ids: Any
     skip_special_tokens: bool = True
+    model: str | None = None
+    """With several models: the served model name that answers (not in TEI's API)."""
 
 
 class OpenAIRequest(msgspec.Struct, frozen=True, kw_only=True):
     input: Any
     model: str | None = None
+    """With several models: the served model name that answers."""
     user: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: USize | None = None
@@ -119,6 +134,26 @@ class OpenAIResponse(msgspec.Struct, frozen=True, kw_only=True):
     usage: OpenAIUsage
 
 
+class OpenAIModel(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry of `GET /v1/models` (OpenAI's model object)."""
+
+    id: str
+    object: str
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(msgspec.Struct, frozen=True, kw_only=True):
+    object: str
+    data: list[OpenAIModel]
+
+
+class Named(msgspec.Struct, frozen=True):
+    """Just the `model` field of any request body (for `/`, which decodes by the model)."""
+
+    model: str | None = None
+
+
 # -- decoding --------------------------------------------------------------------------------
 
 T = TypeVar("T")
@@ -127,7 +162,7 @@ DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
     for t in (
         EmbedRequest, EmbedAllRequest, PredictRequest, RerankRequest, SimilarityRequest,
-        TokenizeRequest, DecodeRequest, OpenAIRequest,
+        TokenizeRequest, DecodeRequest, OpenAIRequest, Named,
     )
 }
 ENCODER = msgspec.json.Encoder()

@@ -1,7 +1,10 @@
-"""TEI's HTTP routes as thin adapters: decode the body, call `Serving`, encode, add headers.
+"""TEI's HTTP routes as thin adapters: decode the body, pick the model, call its `Serving`,
+encode, add headers.
 
-`build_routes(serving)` returns the handlers. Protected routes carry the API-key guard;
-/health, /ping, GET /, /metrics and the docs do not. `observe` runs an operation under
+`build_routes(models)` returns the handlers. The model is picked by `Models.pick` (the rules
+are `tei_serve.routing`'s) from the body's `model` field, else the `x-model` header.
+Protected routes carry the API-key guard; /health, /ping, GET /, /metrics and the docs do
+not. `observe` runs an operation under
 `tei_serve.observe.observed` (metrics, span, log line; shared with any other front-end) and
 cancels it when the client leaves.
 """
@@ -14,6 +17,7 @@ import os
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar, assert_never
 
+import msgspec
 from litestar import Request, Response, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
@@ -25,11 +29,15 @@ from tei_serve.errors import ClientGoneError, UnauthorizedError
 from tei_serve.http.body import read_body
 from tei_serve.http.docs import docs_routes
 from tei_serve.http.protocol import (
+    DECODERS,
     ENCODER,
     DecodeRequest,
     EmbedAllRequest,
     EmbedRequest,
+    Named,
     OpenAIEmbedding,
+    OpenAIModel,
+    OpenAIModelList,
     OpenAIRequest,
     OpenAIResponse,
     OpenAIUsage,
@@ -45,7 +53,9 @@ from tei_serve.http.protocol import (
     parse_predict_inputs,
 )
 from tei_serve.metrics import CONTENT_TYPE, Family, Method
+from tei_serve.models import Models
 from tei_serve.observe import R, observed
+from tei_serve.routing import Route
 from tei_serve.serving import (
     DecodeQuery,
     EmbedAllQuery,
@@ -62,6 +72,8 @@ from tei_serve.serving import (
 T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
 JSON = "application/json"
+MODEL_HEADER = "x-model"
+OWNED_BY = "tei-onnx"
 
 async def _wait_disconnect(request: AnyRequest) -> None:
     while True:
@@ -108,10 +120,26 @@ def _method(batch: bool) -> Method:
     return "batch" if batch else "single"
 
 
-def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
-    settings = serving.settings
+def _named(body: bytes) -> str | None:
+    """The body's `model` field, if it has a string one; a body that does not decode is
+    reported by the route it reaches."""
+    try:
+        named: Named = DECODERS[Named].decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return named.model
+
+
+def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
+    models = Models.of(front)
+    settings = models.settings
     compute_type = os.environ.get("COMPUTE_TYPE", "gpu+optimized")
-    info_json = ENCODER.encode(serving.info)
+    info_json = ENCODER.encode(models.info)
+    model_list = ENCODER.encode(OpenAIModelList(object="list", data=[
+        OpenAIModel(id=s.served_model_name, object="model", created=s.created,
+                    owned_by=OWNED_BY)
+        for s in models.servings
+    ]))  # fmt: skip
     api_key = None if settings.api_key is None else ApiKey(settings.api_key)
 
     def auth_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -131,9 +159,13 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
         headers = timing_headers(meta, compute_type) if meta is not None else None
         return Response(content=content, status_code=200, media_type=JSON, headers=headers)
 
+    def pick(request: AnyRequest, route: Route, named: str | None) -> Serving:
+        """The model for `route`: the body's `model` field, else the `x-model` header."""
+        return models.pick(route, named or request.headers.get(MODEL_HEADER))
+
     def observe(
-        request: AnyRequest, handler: str, method: Method, family: Family, n: int,
-        work: Coroutine[Any, Any, R],
+        serving: Serving, request: AnyRequest, handler: str, method: Method, family: Family,
+        n: int, work: Coroutine[Any, Any, R],
     ) -> Awaitable[R]:
         """`work` cancelled if the client leaves, under the request's metrics, span and log."""
         return observed(
@@ -143,15 +175,19 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     # -- one function per operation, shared by its route and `/` ------------------------------
 
-    async def run_embed(request: AnyRequest, body: bytes) -> Response[bytes]:
+    async def run_embed(
+        request: AnyRequest, body: bytes, chosen: Serving | None = None
+    ) -> Response[bytes]:
         req = decode(body, EmbedRequest)
+        serving = chosen or pick(request, Route.EMBED, req.model)
         inputs, batch = parse_inputs(req.inputs)
         q = EmbedQuery(
             inputs=inputs, truncate=req.truncate, prompt_name=req.prompt_name,
             truncation_direction=direction_of(req.truncation_direction),
             normalize=req.normalize, dimensions=req.dimensions,
         )  # fmt: skip
-        r = await observe(request, "embed", _method(batch), "embed", len(inputs), serving.embed(q))
+        r = await observe(serving, request, "embed", _method(batch), "embed", len(inputs),
+                          serving.embed(q))  # fmt: skip
         return respond(ENCODER.encode(r.vectors.tolist()), r.metadata)
 
     def embed_all_query(req: EmbedAllRequest) -> tuple[EmbedAllQuery, bool]:
@@ -162,16 +198,23 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
         )  # fmt: skip
         return q, batch
 
-    async def run_embed_sparse(request: AnyRequest, body: bytes) -> Response[bytes]:
-        q, batch = embed_all_query(decode(body, EmbedAllRequest))
-        r = await observe(request, "embed_sparse", _method(batch), "embed", len(q.inputs),
+    async def run_embed_sparse(
+        request: AnyRequest, body: bytes, chosen: Serving | None = None
+    ) -> Response[bytes]:
+        req = decode(body, EmbedAllRequest)
+        serving = chosen or pick(request, Route.EMBED_SPARSE, req.model)
+        q, batch = embed_all_query(req)
+        r = await observe(serving, request, "embed_sparse", _method(batch), "embed", len(q.inputs),
                            serving.embed_sparse(q))  # fmt: skip
         out = [[SparseValue(index=i, value=v) for i, v in zip(s.indices, s.values, strict=True)]
                for s in r.vectors]  # fmt: skip
         return respond(ENCODER.encode(out), r.metadata)
 
-    async def run_similarity(request: AnyRequest, body: bytes) -> Response[bytes]:
+    async def run_similarity(
+        request: AnyRequest, body: bytes, chosen: Serving | None = None
+    ) -> Response[bytes]:
         req = decode(body, SimilarityRequest)
+        serving = chosen or pick(request, Route.SIMILARITY, req.model)
         p = req.parameters
         q = SimilarityQuery(
             source_sentence=req.inputs.source_sentence, sentences=req.inputs.sentences,
@@ -179,29 +222,36 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
             truncation_direction=direction_of(p.truncation_direction) if p else "right",
         )  # fmt: skip
         n = 1 + len(q.sentences)
-        r = await observe(request, "similarity", "batch", "embed", n, serving.similarity(q))
+        r = await observe(serving, request, "similarity", "batch", "embed", n,
+                          serving.similarity(q))  # fmt: skip
         return respond(ENCODER.encode(r.scores), r.metadata)
 
-    async def run_predict(request: AnyRequest, body: bytes) -> Response[bytes]:
+    async def run_predict(
+        request: AnyRequest, body: bytes, chosen: Serving | None = None
+    ) -> Response[bytes]:
         req = decode(body, PredictRequest)
+        serving = chosen or pick(request, Route.PREDICT, req.model)
         inputs, batch = parse_predict_inputs(req.inputs)
         q = PredictQuery(
             inputs=inputs, truncate=req.truncate, raw_scores=req.raw_scores,
             truncation_direction=direction_of(req.truncation_direction),
             instruction=req.instruction,
         )  # fmt: skip
-        r = await observe(request, "predict", _method(batch), "predict", len(inputs),
+        r = await observe(serving, request, "predict", _method(batch), "predict", len(inputs),
                            serving.predict(q))  # fmt: skip
         return respond(ENCODER.encode(r.predictions if batch else r.predictions[0]), r.metadata)
 
-    async def run_rerank(request: AnyRequest, body: bytes) -> Response[bytes]:
+    async def run_rerank(
+        request: AnyRequest, body: bytes, chosen: Serving | None = None
+    ) -> Response[bytes]:
         req = decode(body, RerankRequest)
+        serving = chosen or pick(request, Route.RERANK, req.model)
         q = RerankQuery(
             query=req.query, texts=req.texts, truncate=req.truncate, raw_scores=req.raw_scores,
             truncation_direction=direction_of(req.truncation_direction),
             return_text=req.return_text, instruction=req.instruction,
         )  # fmt: skip
-        r = await observe(request, "rerank", "batch", "predict", len(req.texts),
+        r = await observe(serving, request, "rerank", "batch", "predict", len(req.texts),
                            serving.rerank(q))  # fmt: skip
         return respond(ENCODER.encode(r.ranks), r.metadata)
 
@@ -213,8 +263,10 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
 
     @post("/embed_all", guards=guards)
     async def embed_all(request: AnyRequest) -> Response[bytes]:
-        q, batch = embed_all_query(decode(await body_of(request), EmbedAllRequest))
-        r = await observe(request, "embed_all", _method(batch), "embed", len(q.inputs),
+        req = decode(await body_of(request), EmbedAllRequest)
+        serving = pick(request, Route.EMBED_ALL, req.model)
+        q, batch = embed_all_query(req)
+        r = await observe(serving, request, "embed_all", _method(batch), "embed", len(q.inputs),
                            serving.embed_all(q))  # fmt: skip
         content = await serving.offload(lambda: ENCODER.encode([v.tolist() for v in r.vectors]))
         return respond(content, r.metadata)
@@ -226,9 +278,10 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     @post(["/v1/embeddings", "/embeddings"], guards=guards)
     async def openai_embed(request: AnyRequest) -> Response[bytes]:
         req = decode(await body_of(request), OpenAIRequest)
+        serving = pick(request, Route.OPENAI, req.model)
         inputs, batch = parse_inputs(req.input, field="input")
         q = OpenAIQuery(inputs=inputs, model=req.model, dimensions=req.dimensions)
-        r = await observe(request, "openai_embed", _method(batch), "embed", len(inputs),
+        r = await observe(serving, request, "openai_embed", _method(batch), "embed", len(inputs),
                            serving.openai_embed(q))  # fmt: skip
         base64_out = req.encoding_format == "base64"
         data = [
@@ -259,23 +312,26 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     @post(["/", "/invocations"], guards=guards)
     async def invocations(request: AnyRequest) -> Response[bytes]:
         body = await body_of(request)
+        named = _named(body) if models.several else None
+        serving = pick(request, Route.ANY, named)
         match serving.task:
             case Task.CLASSIFY:
-                return await run_predict(request, body)
+                return await run_predict(request, body, serving)
             case Task.RERANK:
-                return await run_rerank(request, body)
+                return await run_rerank(request, body, serving)
             case Task.EMBED | Task.SPARSE:
                 if os.environ.get("TASK") == "sentence-similarity":
-                    return await run_similarity(request, body)
+                    return await run_similarity(request, body, serving)
                 if serving.task is Task.SPARSE:
-                    return await run_embed_sparse(request, body)
-                return await run_embed(request, body)
+                    return await run_embed_sparse(request, body, serving)
+                return await run_embed(request, body, serving)
             case _:
                 assert_never(serving.task)
 
     @post("/tokenize", guards=guards)
     async def tokenize(request: AnyRequest) -> Response[bytes]:
         req = decode(await body_of(request), TokenizeRequest)
+        serving = pick(request, Route.TOKENIZE, req.model)
         inputs = [req.inputs] if isinstance(req.inputs, str) else req.inputs
         q = TokenizeQuery(inputs=inputs, add_special_tokens=req.add_special_tokens,
                           prompt_name=req.prompt_name)  # fmt: skip
@@ -284,6 +340,7 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     @post("/decode", guards=guards)
     async def decode_ids(request: AnyRequest) -> Response[bytes]:
         req = decode(await body_of(request), DecodeRequest)
+        serving = pick(request, Route.DECODE, req.model)
         q = DecodeQuery(ids=parse_ids(req.ids), skip_special_tokens=req.skip_special_tokens)
         return respond(ENCODER.encode((await serving.decode(q)).texts))
 
@@ -291,21 +348,25 @@ def build_routes(serving: Serving) -> list[HTTPRouteHandler]:
     async def info() -> Response[bytes]:
         return respond(info_json)
 
+    @get("/v1/models", guards=guards)
+    async def list_models() -> Response[bytes]:
+        return respond(model_list)
+
     @get(["/health", "/ping"])
     async def health() -> Response[bytes]:
-        await serving.health()
+        await models.health()
         return Response(content=b"", status_code=200)
 
     @get("/")
     async def root_health() -> Response[bytes]:
-        await serving.health()
+        await models.health()
         return Response(content=b"", status_code=200)
 
     @get("/metrics")
     async def metrics() -> Response[bytes]:
-        return Response(content=serving.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(content=models.families.render(), media_type=CONTENT_TYPE)
 
     return [
         embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
-        tokenize, decode_ids, info, health, root_health, metrics, *docs_routes(),
+        tokenize, decode_ids, info, list_models, health, root_health, metrics, *docs_routes(),
     ]
