@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from tei_serve.grpc.server import GrpcServer
+from tei_serve.models import Models
 from tei_serve.serving import Serving
 
 PROTO = Path(__file__).resolve().parents[2] / "serve" / "tei_serve" / "grpc" / "tei.proto"
@@ -38,10 +39,12 @@ def generate_client(out: Path) -> tuple[ModuleType, ModuleType]:
 
 
 class RunningGrpc:
-    """A `GrpcServer` over `serving` on 127.0.0.1, its event loop in a thread of its own."""
+    """A `GrpcServer` over `serving` (or several models) on 127.0.0.1, its event loop in a
+    thread of its own."""
 
-    def __init__(self, serving: Serving) -> None:
-        self.serving = serving
+    def __init__(self, serving: Serving | Models) -> None:
+        self.models = Models.of(serving)
+        self.serving = self.models.first
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()

@@ -81,7 +81,8 @@ def make_exception_handler(metrics: MetricFamilies) -> object:
             log.exception("unhandled error on %s", request.url.path, exc_info=exc)
             err = BackendError(f"internal error: {type(exc).__name__}", status=500)
         if err.metric is not None:
-            metrics.failure(err.metric, model=err.model)
+            model = err.model or request.state.get("model")
+            metrics.failure(err.metric, model=model)
         return render(err, openai=request.url.path in OPENAI_PATHS)
 
     return handler

@@ -160,8 +160,11 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         return Response(content=content, status_code=200, media_type=JSON, headers=headers)
 
     def pick(request: AnyRequest, route: Route, named: str | None) -> Serving:
-        """The model for `route`: the body's `model` field, else the `x-model` header."""
-        return models.pick(route, named or request.headers.get(MODEL_HEADER))
+        """The model for `route`: the body's `model` field, else the `x-model` header. The
+        error handler counts a failure after this under the picked model."""
+        serving = models.pick(route, named or request.headers.get(MODEL_HEADER))
+        request.state.model = serving.served_model_name
+        return serving
 
     def observe(
         serving: Serving, request: AnyRequest, handler: str, method: Method, family: Family,

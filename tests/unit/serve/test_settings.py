@@ -103,3 +103,35 @@ def test_grpc_flag_and_env() -> None:
 def test_tokenization_workers_default() -> None:
     assert 1 <= Settings().effective_tokenization_workers() <= 64
     assert Settings(tokenization_workers=3).effective_tokenization_workers() == 3
+
+
+def test_model_id_repeats_and_names_follow_in_order() -> None:
+    s = load_settings(["--model-id", "a/embedder", "--model-id", "b/reranker",
+                       "--served-model-name", "emb", "--served-model-name", "rr"], env={})
+    assert s.model_ids == ("a/embedder", "b/reranker")
+    assert s.served_model_names == ("emb", "rr")
+    assert s.model_id == "a/embedder" and s.served_model_name == "emb"
+
+
+def test_model_id_env_is_a_comma_separated_list() -> None:
+    s = load_settings([], env={"MODEL_ID": "a/embedder, b/reranker",
+                               "SERVED_MODEL_NAME": "emb,rr"})
+    assert s.model_ids == ("a/embedder", "b/reranker")
+    assert s.served_model_names == ("emb", "rr")
+    assert load_settings(["--model-id", "c"], env={"MODEL_ID": "a,b"}).model_ids == ("c",)
+
+
+def test_no_model_id_is_the_default_model() -> None:
+    s = load_settings([], env={})
+    assert s.model_ids == () and s.model_id is None and s.served_model_name is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--model-id", "a", "--model-id", "b", "--served-model-name", "x"], "given 1 times for 2"),
+     (["--model-id", "a", "--model-id", "b", "--served-model-name", "x", "--served-model-name",
+       "x"], "'x' is given twice")],
+)  # fmt: skip
+def test_served_model_names_must_match_the_models(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings(argv, env={})

@@ -1,0 +1,239 @@
+"""Several models in one server, over loopback HTTP and gRPC, on fake models: routing by the
+body's `model`, the `x-model` header and gRPC metadata, the 422/404 answers, /v1/models,
+/info's list, per-model metrics labels, and health that needs every model."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from conftest import loopback, run_uvicorn
+from fake_model import FakeModel
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_support import RunningGrpc, generate_client
+
+from tei_runtime.manifest import Task
+from tei_serve.models import LoadedModel, Models, build_models
+
+
+class Multi:
+    def __init__(self, models: Models) -> None:
+        self.models = models
+        self.uv: uvicorn.Server
+        self.thread: threading.Thread
+        self.uv, self.thread, url = run_uvicorn(models)
+        self.client = httpx.Client(base_url=url, timeout=30)
+
+    def fake(self, name: str) -> FakeModel:
+        [serving] = [s for s in self.models.servings if s.served_model_name == name]
+        model = serving.model
+        assert isinstance(model, FakeModel)
+        return model
+
+    def stop(self) -> None:
+        self.client.close()
+        self.uv.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def _models(tokenizer_json: Path, **settings: Any) -> Models:
+    loaded = [
+        LoadedModel(model=FakeModel(tokenizer_json, task), model_id=f"org/{name}",
+                    served_model_name=name)
+        for name, task in (("emb", Task.EMBED), ("rr", Task.RERANK), ("cls", Task.CLASSIFY))
+    ]  # fmt: skip
+    return build_models(loopback(**settings), loaded)
+
+
+@pytest.fixture
+def multi(tokenizer_json: Path) -> Iterator[Multi]:
+    m = Multi(_models(tokenizer_json))
+    yield m
+    for s in m.models.servings:
+        s.model.gate.set()  # type: ignore[attr-defined]
+    m.stop()
+
+
+def _error(r: httpx.Response, status: int, *needles: str) -> str:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error_type"] == "Validation"
+    for needle in needles:
+        assert needle in body["error"]
+    return str(body["error"])
+
+
+def test_each_route_goes_to_the_one_model_that_can_answer(multi: Multi) -> None:
+    c = multi.client
+    emb = c.post("/embed", json={"inputs": "hello world"})
+    assert emb.status_code == 200 and np.asarray(emb.json()).shape == (1, 16)
+    assert multi.fake("emb").batches and not multi.fake("rr").batches
+    rank = c.post("/rerank", json={"query": "what", "texts": ["a cat", "a dog"]})
+    assert rank.status_code == 200 and len(rank.json()) == 2
+    assert multi.fake("rr").batches and not multi.fake("cls").batches
+    assert c.post("/embed_all", json={"inputs": "hello"}).status_code == 200
+    assert c.post("/similarity", json={"inputs": {"source_sentence": "a",
+                                                  "sentences": ["a", "b"]}}).status_code == 200
+    oa = c.post("/v1/embeddings", json={"input": "hello"})
+    assert oa.status_code == 200 and oa.json()["model"] == "emb"
+
+
+def test_a_name_in_the_body_or_header_picks_the_model(multi: Multi) -> None:
+    c = multi.client
+    by_body = c.post("/predict", json={"inputs": "good dog", "model": "cls"}).json()
+    assert sorted(p["label"] for p in by_body) == ["negative", "neutral", "positive"]
+    by_header = c.post("/predict", json={"inputs": "good dog"}, headers={"x-model": "rr"})
+    assert [p["label"] for p in by_header.json()] == ["LABEL_0"]
+    # the body's field wins over the header
+    both = c.post("/predict", json={"inputs": "good dog", "model": "cls"},
+                  headers={"x-model": "rr"})  # fmt: skip
+    assert len(both.json()) == 3
+    tokens = c.post("/tokenize", json={"inputs": "hello world", "model": "emb"})
+    assert [t["text"] for t in tokens.json()[0]] == ["[CLS]", "hello", "world", "[SEP]"]
+    ids = [t["id"] for t in tokens.json()[0]]
+    decoded = c.post("/decode", json={"ids": ids}, headers={"x-model": "rr"})
+    assert decoded.json() == ["hello world"]
+    # `/` dispatches by the named model's task
+    root = c.post("/", json={"query": "what", "texts": ["a", "b"], "model": "rr"})
+    assert root.status_code == 200 and {"index", "score"} <= set(root.json()[0])
+    root_embed = c.post("/", json={"inputs": "hello"}, headers={"x-model": "emb"})
+    assert np.asarray(root_embed.json()).shape == (1, 16)
+    oa = c.post("/v1/embeddings", json={"input": "hello", "model": "emb"})
+    assert oa.status_code == 200 and oa.json()["model"] == "emb"
+
+
+def test_no_choice_among_several_is_422_naming_them(multi: Multi) -> None:
+    c = multi.client
+    _error(c.post("/predict", json={"inputs": "good"}), 422, "`rr`", "`cls`", "`model`")
+    _error(c.post("/tokenize", json={"inputs": "hello"}), 422, "`emb`", "`rr`", "`cls`")
+    _error(c.post("/decode", json={"ids": [2, 3]}), 422, "several models")
+    _error(c.post("/", json={"inputs": "hello"}), 422, "several models")
+    _error(c.post("/embed_sparse", json={"inputs": "hello"}), 422,
+           "no served model can answer `embed_sparse`")  # fmt: skip
+
+
+def test_unknown_and_unable_models(multi: Multi) -> None:
+    c = multi.client
+    _error(c.post("/embed", json={"inputs": "a", "model": "nope"}), 404, "`nope`",
+           "emb (embed)", "rr (rerank)")  # fmt: skip
+    _error(c.post("/rerank", json={"query": "q", "texts": ["a"]}, headers={"x-model": "nope"}),
+           404, "`nope`")  # fmt: skip
+    _error(c.post("/embed", json={"inputs": "a", "model": "rr"}), 422,
+           "`rr` (rerank) cannot answer `embed`")  # fmt: skip
+    oa = c.post("/v1/embeddings", json={"input": "hello", "model": "text-embedding-3-small"})
+    assert oa.status_code == 404
+    body = oa.json()
+    assert set(body) == {"message", "code", "type"}
+    assert body["code"] == 404 and body["type"] == "Validation"
+    assert "`text-embedding-3-small`" in body["message"]
+    not_text = c.post("/embed", json={"inputs": "a", "model": 3})
+    assert not_text.status_code == 422
+
+
+def test_models_list_and_info(multi: Multi) -> None:
+    c = multi.client
+    listed = c.get("/v1/models").json()
+    assert listed["object"] == "list"
+    assert [m["id"] for m in listed["data"]] == ["emb", "rr", "cls"]
+    for m in listed["data"]:
+        assert m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"]
+    info = c.get("/info").json()
+    assert info["model_id"] == "org/emb" and info["served_model_name"] == "emb"
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert [(m["served_model_name"], m["model_id"], list(m["model_type"]))
+            for m in info["models"]] == [("emb", "org/emb", ["embedding"]),
+                                         ("rr", "org/rr", ["reranker"]),
+                                         ("cls", "org/cls", ["classifier"])]  # fmt: skip
+
+
+def test_metrics_carry_the_model_label(multi: Multi) -> None:
+    c = multi.client
+    assert c.post("/embed", json={"inputs": ["a", "b"]}).status_code == 200
+    assert c.post("/rerank", json={"query": "q", "texts": ["a", "b", "c"]}).status_code == 200
+    assert c.post("/embed", json={"inputs": "a", "model": "rr"}).status_code == 422
+    assert c.post("/embed", json={"inputs": [], "model": "emb"}).status_code == 400
+    text = c.get("/metrics").text
+    assert 'te_request_count{model="emb",method="batch"} 1' in text
+    assert 'te_request_count{model="rr",method="batch"} 1' in text
+    assert 'te_embed_success{model="emb"} 2' in text
+    assert 'te_predict_success{model="rr"} 3' in text
+    assert 'te_embed_duration_count{model="emb"} 1.0' in text
+    assert 'te_queue_size{model="cls"} 0.0' in text
+    # failed once the model was picked: its label; failed routing: none
+    assert 'te_request_failure{model="emb",err="validation"} 1' in text
+    assert 'te_request_failure{err="validation"} 1' in text
+    assert c.post("/embed", json={"inputs": "a", "dimensions": 0}).status_code == 422
+    assert 'te_request_failure{model="emb",err="validation"} 2' in c.get("/metrics").text
+
+
+def test_health_needs_every_model(multi: Multi) -> None:
+    c = multi.client
+    assert c.get("/health").status_code == 200
+    rr = multi.fake("rr")
+    rr.fail_batches = 2  # the failing batch, then the probe /health runs
+    assert c.post("/rerank", json={"query": "q", "texts": ["a"]}).status_code == 424
+    sick = c.get("/health")
+    assert sick.status_code == 503 and "rr" in sick.json()["error"]
+    assert c.post("/embed", json={"inputs": "a"}).status_code == 200  # the others still serve
+    assert c.get("/health").status_code == 200  # the probe passes again: healthy
+
+
+# -- gRPC -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModuleType, ModuleType]:
+    return generate_client(tmp_path_factory.mktemp("tei-client"))
+
+
+def test_grpc_picks_by_the_model_metadata(tokenizer_json: Path, client: Any) -> None:
+    pb, stubs = client
+    r = RunningGrpc(_models(tokenizer_json, grpc=True))
+    try:
+        predict = stubs.PredictStub(r.channel)
+        cls = predict.Predict(pb.PredictRequest(inputs="good dog"), metadata=[("model", "cls")])
+        assert len(cls.predictions) == 3
+        rr = predict.Predict(pb.PredictRequest(inputs="good dog"), metadata=[("model", "rr")])
+        assert [p.label for p in rr.predictions] == ["LABEL_0"]
+        # one able model: no name needed
+        emb = stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="hello"))
+        assert len(emb.embeddings) == 16
+        ranked = stubs.RerankStub(r.channel).Rerank(pb.RerankRequest(query="q", texts=["a"]))
+        assert len(ranked.ranks) == 1
+        info = stubs.InfoStub(r.channel)
+        assert info.Info(pb.InfoRequest()).model_id == "org/emb"
+        named = info.Info(pb.InfoRequest(), metadata=[("model", "rr")])
+        assert named.model_id == "org/rr" and named.model_type == pb.MODEL_TYPE_RERANKER
+        failures = [
+            (lambda: predict.Predict(pb.PredictRequest(inputs="a")),
+             grpc.StatusCode.INVALID_ARGUMENT, "several models"),
+            (lambda: predict.Predict(pb.PredictRequest(inputs="a"), metadata=[("model", "x")]),
+             grpc.StatusCode.NOT_FOUND, "`x`"),
+            (lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a"),
+                                                      metadata=[("model", "rr")]),
+             grpc.StatusCode.INVALID_ARGUMENT, "cannot answer `embed`"),
+            (lambda: list(predict.PredictStream(iter([pb.PredictRequest(inputs="a")]))),
+             grpc.StatusCode.INVALID_ARGUMENT, "several models"),
+            (lambda: stubs.RerankStub(r.channel).RerankStream(
+                iter([pb.RerankStreamRequest(query="q", text="a")]),
+                metadata=[("model", "emb")]),
+             grpc.StatusCode.INVALID_ARGUMENT, "cannot answer `rerank`"),
+        ]  # fmt: skip
+        for call, code, needle in failures:
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == code and needle in err.value.details()  # type: ignore[attr-defined]
+        health = health_pb2_grpc.HealthStub(r.channel)
+        for service in ("", "tei.v1.Embed", "tei.v1.Predict", "tei.v1.Rerank"):
+            status = health.Check(health_pb2.HealthCheckRequest(service=service)).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        r.stop()
