@@ -68,8 +68,8 @@ async def observed(
         tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9, model=model)
     if log.isEnabledFor(logging.INFO):
         log.info(
-            "%s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
-            route, n, meta.compute_tokens, meta.total_time_ns / 1e6, meta.queue_time_ns / 1e6,
-            meta.inference_time_ns / 1e6,
+            "%s model=%s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
+            route, model, n, meta.compute_tokens, meta.total_time_ns / 1e6,
+            meta.queue_time_ns / 1e6, meta.inference_time_ns / 1e6,
         )  # fmt: skip
     return result

@@ -80,6 +80,7 @@ def test_request_spans_are_exported_in_the_callers_trace(
     attrs = {a.key: a.value for a in ok.attributes}
     assert attrs["inputs.tokens"].int_value == 4  # [CLS] hello world [SEP]
     assert attrs["total_time"].string_value.endswith("ms")
+    assert attrs["model"].string_value == "fake/embed"  # the served model's name
     stages = {s.name: s for s in spans_of(by_name, ok.span_id)}
     assert set(stages) == {"tokenize", "queue", "inference"}
     assert ok.start_time_unix_nano <= stages["tokenize"].start_time_unix_nano
