@@ -103,3 +103,20 @@ def test_grpc_flag_and_env() -> None:
 def test_tokenization_workers_default() -> None:
     assert 1 <= Settings().effective_tokenization_workers() <= 64
     assert Settings(tokenization_workers=3).effective_tokenization_workers() == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [("float32", "float32"), ("float16", "float16"), ("fp32", "float32"), ("FP16", "float16"),
+     ("int8", "int8"), ("auto", "auto")],
+)
+def test_dtype_takes_tei_and_manifest_names(value: str, dtype: str) -> None:
+    assert load_settings(["--dtype", value], env={}).dtype == dtype
+
+
+def test_unknown_dtype_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SettingsError, match="dtype must be one of"):
+        load_settings([], env={"DTYPE": "bfloat16"})
+    with pytest.raises(SystemExit):
+        load_settings(["--dtype", "bf16"], env={})
+    assert "dtype must be one of float32, float16, int8" in capsys.readouterr().err
