@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-host", action="store_true", help="print the host probe")
     parser.add_argument("artifact", nargs="?", type=Path, help="artifact folder to plan for")
     parser.add_argument("--device", default="auto", help="auto|cpu|cuda|tensorrt|rocm|openvino")
-    parser.add_argument("--dtype", default="auto", help="auto|float32|float16|int8")
+    parser.add_argument("--dtype", default="auto", help="auto|float32|float16|int8 (or fp32, fp16)")
     parser.add_argument("--intra-op-threads", type=int, default=None)
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--cache-dir", type=Path, default=None)

@@ -63,9 +63,10 @@ def load(
     """Load an artifact written by tei-export.
 
     device: auto|cpu|cuda|tensorrt|rocm|openvino (cuda:1 picks a GPU, openvino:GPU a device
-    type). dtype: auto|float32|float16|int8; auto is fp32 on CPU, fp16 on GPUs when the
-    artifact has it. A device or dtype that cannot run here raises ProviderError; the files
-    loaded are checked against the manifest's sha256 (ManifestError naming the file).
+    type). dtype: auto|float32|float16|int8 (or the manifest's names fp32, fp16); auto is fp32
+    on CPU, fp16 on GPUs when the artifact has it. A device or dtype that cannot run here
+    raises ProviderError; the files loaded are checked against the manifest's sha256
+    (ManifestError naming the file).
     `host` replaces the live probe (tests, or a caller that probed already).
     """
     artifact = open_artifact(artifact_dir)

@@ -39,6 +39,13 @@ _DTYPE_PRECISION = {
     DType.FLOAT16: Precision.FP16,
     DType.INT8: Precision.INT8,
 }
+# Other names for the same choice: the manifest's precision names (what `tei-export` writes
+# and prints: fp32, fp16, int8) and two common spellings.
+_DTYPE_ALIASES = {
+    **{precision.value: dtype for dtype, precision in _DTYPE_PRECISION.items()},
+    "float": DType.FLOAT32,
+    "qint8": DType.INT8,
+}
 
 
 class Gpu(enum.StrEnum):
@@ -164,11 +171,17 @@ def parse_device(device: str) -> tuple[Device, str | None]:
 
 
 def parse_dtype(dtype: str) -> DType:
+    """TEI's `--dtype` names (float32, float16), int8 and auto, or an alias such as fp32."""
+    name = dtype.strip().lower()
+    if name in _DTYPE_ALIASES:
+        return _DTYPE_ALIASES[name]
     try:
-        return DType(dtype.strip().lower())
+        return DType(name)
     except ValueError:
         names = "|".join(d.value for d in DType)
-        raise ProviderError(f"unknown dtype {dtype!r}; use one of {names}") from None
+        raise ProviderError(
+            f"unknown dtype {dtype!r}; use one of {names} (or fp32, fp16)"
+        ) from None
 
 
 def _hardware_missing(spec: ProviderSpec, host: Host) -> str | None:

@@ -522,9 +522,8 @@ class Serving:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(inputs))
         for inp in inputs:
-            if (isinstance(inp, str) and not inp) or (
-                isinstance(inp, tuple) and not (inp[0] or inp[1])
-            ):
+            # TEI's `EncodingInput::is_empty`: "", [] (no token ids), a pair of two "".
+            if not (inp[0] or inp[1] if isinstance(inp, tuple) else inp):
                 raise EmptyError("Input validation error: `inputs` cannot be empty")
 
     async def _run(

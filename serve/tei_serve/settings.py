@@ -17,6 +17,9 @@ from typing import Any
 
 import msgspec
 
+from tei_runtime.errors import ProviderError
+from tei_runtime.providers import parse_dtype
+
 log = logging.getLogger("tei_serve")
 
 _SECRETS = frozenset({"hf_token", "api_key"})
@@ -141,12 +144,11 @@ def _pooling(value: str) -> str:
 
 
 def _dtype(value: str) -> str:
-    v = value.strip().lower()
-    aliases = {"fp32": "float32", "fp16": "float16", "qint8": "int8", "float": "float32"}
-    v = aliases.get(v, v)
-    if v not in {"float32", "float16", "int8", "auto"}:
-        raise argparse.ArgumentTypeError("dtype must be one of float32, float16, int8")
-    return v
+    """The runtime's name for the variant (`tei_runtime.load` takes the same names)."""
+    try:
+        return parse_dtype(value).value
+    except ProviderError as e:
+        raise argparse.ArgumentTypeError("dtype must be one of float32, float16, int8") from e
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--revision", str, "Hub revision (branch, tag or commit) of --model-id."),
     _Option("--tokenization-workers", _positive_int,
             "Tokenizer threads. Default: CPU cores - 1, clamped to 1..64."),
-    _Option("--dtype", _dtype, "Variant to load: float32, float16 or int8."),
+    _Option("--dtype", _dtype, "Variant to load: float32, float16 or int8 (or fp32, fp16)."),
     _Option("--served-model-name", str, "Name requests pick the model by and OpenAI responses "
             "return; with several models repeat it, in --model-id order. Default: the model id "
             "(several models: its last path part).", multiple=True, field="served_model_names"),

@@ -29,6 +29,17 @@ def test_empty_400(embed_server: Running) -> None:
     _err(c.post("/tokenize", json={"inputs": []}), 400, "Empty")
 
 
+def test_empty_token_ids_400(embed_server: Running) -> None:
+    """An empty list of token ids is an empty input, as "" is (TEI's `EncodingInput::is_empty`);
+    it used to be embedded as a vector of zeros."""
+    c = embed_server.client
+    for path in ("/embed", "/embed_all"):
+        for inputs in ([[]], [[], "a"], ["a", [5, 6], []]):
+            _err(c.post(path, json={"inputs": inputs}), 400, "Empty")
+    r = c.post("/v1/embeddings", json={"input": [[5], []]})
+    assert r.status_code == 400 and r.json()["type"] == "Empty", r.text
+
+
 def test_validation_422(embed_server: Running) -> None:
     c = embed_server.client
     msg = _err(c.post("/embed", json={"inputs": ["a"] * 33}), 422, "Validation")

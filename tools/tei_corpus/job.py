@@ -447,7 +447,7 @@ def _parser() -> argparse.ArgumentParser:
         help="CPUs reserved per actor and onnxruntime threads",
     )
     p.add_argument("--device", default="cpu", help="cpu|cuda|tensorrt|rocm|openvino|auto")
-    p.add_argument("--dtype", default="auto", help="auto|float32|float16|int8")
+    p.add_argument("--dtype", default="auto", help="auto|float32|float16|int8 (or fp32, fp16)")
     p.add_argument("--prompt-name", default=None, help="a prompt of the artifact's manifest")
     p.add_argument("--no-normalize", action="store_true", help="keep vectors unnormalised")
     p.add_argument(

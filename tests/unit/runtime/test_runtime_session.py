@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rt_artifacts import Built
+from rt_artifacts import ArtifactFactory, Built
 
 from tei_runtime import BackendError, TokenizerError, load
 from tei_runtime.manifest import Precision
@@ -71,3 +71,16 @@ def test_model_is_safe_across_threads(embed_artifact: Built) -> None:
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda t: m.embed([t])[0], texts))
     np.testing.assert_allclose(np.stack(got), want, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "precision"),
+    [("float32", Precision.FP32), ("fp32", Precision.FP32), ("FP16", Precision.FP16),
+     ("float16", Precision.FP16), ("int8", Precision.INT8), ("qint8", Precision.INT8)],
+)
+def test_load_takes_tei_and_manifest_dtype_names(
+    make_artifact: ArtifactFactory, dtype: str, precision: Precision
+) -> None:
+    """TEI's --dtype names and the manifest's precision names pick the same variant."""
+    built = make_artifact(precisions=(Precision.FP32, Precision.FP16, Precision.INT8))
+    assert load(built.root, device="cpu", dtype=dtype).precision is precision

@@ -135,3 +135,20 @@ def test_no_model_id_is_the_default_model() -> None:
 def test_served_model_names_must_match_the_models(argv: list[str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings(argv, env={})
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [("float32", "float32"), ("float16", "float16"), ("fp32", "float32"), ("FP16", "float16"),
+     ("int8", "int8"), ("auto", "auto")],
+)
+def test_dtype_takes_tei_and_manifest_names(value: str, dtype: str) -> None:
+    assert load_settings(["--dtype", value], env={}).dtype == dtype
+
+
+def test_unknown_dtype_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SettingsError, match="dtype must be one of"):
+        load_settings([], env={"DTYPE": "bfloat16"})
+    with pytest.raises(SystemExit):
+        load_settings(["--dtype", "bf16"], env={})
+    assert "dtype must be one of float32, float16, int8" in capsys.readouterr().err
