@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 help=help_text)
         elif opt.multiple:
             parser.add_argument(*names, dest=opt.dest, nargs="+", action="extend",
-                                type=opt.kind, help=help_text)
+                                type=opt.kind, metavar=opt.env, help=help_text)
         else:
             parser.add_argument(*names, dest=opt.dest, type=opt.kind, help=help_text)
     return parser

@@ -232,8 +232,21 @@ def test_grpc_picks_by_the_model_metadata(tokenizer_json: Path, client: Any) -> 
                 call()
             assert err.value.code() == code and needle in err.value.details()  # type: ignore[attr-defined]
         health = health_pb2_grpc.HealthStub(r.channel)
-        for service in ("", "tei.v1.Embed", "tei.v1.Predict", "tei.v1.Rerank"):
-            status = health.Check(health_pb2.HealthCheckRequest(service=service)).status
-            assert status == health_pb2.HealthCheckResponse.SERVING
+        services = ("", "tei.v1.Embed", "tei.v1.Predict", "tei.v1.Rerank")
+
+        def statuses() -> set[int]:
+            return {health.Check(health_pb2.HealthCheckRequest(service=s)).status
+                    for s in services}  # fmt: skip
+
+        assert statuses() == {health_pb2.HealthCheckResponse.SERVING}
+        rr = r.models.servings[1].model
+        assert isinstance(rr, FakeModel)
+        rr.fail_batches = 2  # the failing batch, then the probe the first Check runs
+        with pytest.raises(grpc.RpcError) as failed:
+            stubs.RerankStub(r.channel).Rerank(pb.RerankRequest(query="q", texts=["a"]))
+        assert failed.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
+        sick = health.Check(health_pb2.HealthCheckRequest(service="")).status
+        assert sick == health_pb2.HealthCheckResponse.NOT_SERVING  # one model down: all down
+        assert statuses() == {health_pb2.HealthCheckResponse.SERVING}  # the probe passes
     finally:
         r.stop()
