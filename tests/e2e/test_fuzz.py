@@ -34,6 +34,7 @@ import pytest
 import schemathesis
 from conftest import Running, start
 from openapi_check import SPEC
+from schemathesis import Case, CheckContext, Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import (
@@ -98,6 +99,7 @@ CONFIG = SchemathesisConfig.from_dict({
     },
 })  # fmt: skip
 schema = schemathesis.openapi.from_dict(as_served(SPEC), config=CONFIG)
+
 # TEI's status for each error type (`impl From<&ErrorType> for StatusCode` in its
 # router/src/http/server.rs), plus the Validation answers we give where TEI's axum answers in
 # plain text: malformed JSON 400, a body over the limit 413, no JSON content type 415.
@@ -107,7 +109,7 @@ STATUSES_OF = {
 }  # fmt: skip
 
 
-def error_type_fits_status(_ctx: Any, response: Any, case: Any) -> None:
+def error_type_fits_status(_ctx: CheckContext, response: Response, case: Case[Any]) -> None:
     """An error's type is one TEI answers with that status (the document cannot say so)."""
     status = response.status_code
     if status not in set().union(*STATUSES_OF.values()):
@@ -123,6 +125,10 @@ CHECKS = [
     not_a_server_error, status_code_conformance, content_type_conformance,
     response_schema_conformance, error_type_fits_status,
 ]  # fmt: skip
+
+
+TALLY: Counter[tuple[str, str, int]] = Counter()
+"""(server, operation, status) -> cases sent; printed at the end (`pytest -s` shows it)."""
 
 
 def _print_tally(name: str) -> None:
@@ -149,21 +155,17 @@ def reranker(tiny_reranker_artifact: Path) -> Iterator[Running]:
     _print_tally("reranker")
 
 
-TALLY: Counter[tuple[str, str, int]] = Counter()
-"""(server, operation, status) -> cases sent; printed at the end (`pytest -s` shows it)."""
-
-
-def _call_and_check(case: Any, server: Running, name: str) -> None:
+def _call_and_check(case: Case[Any], server: Running, name: str) -> None:
     response = case.call(base_url=server.url)
     TALLY[name, f"{case.method.upper()} {case.path}", response.status_code] += 1
     case.validate_response(response, checks=CHECKS)
 
 
 @schema.parametrize()
-def test_fuzz_minilm(case: Any, minilm: Running) -> None:
+def test_fuzz_minilm(case: Case[Any], minilm: Running) -> None:
     _call_and_check(case, minilm, "minilm")
 
 
 @schema.parametrize()
-def test_fuzz_reranker(case: Any, reranker: Running) -> None:
+def test_fuzz_reranker(case: Case[Any], reranker: Running) -> None:
     _call_and_check(case, reranker, "reranker")
