@@ -28,6 +28,8 @@ HOST_CA = Path(os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
 # everywhere podman does. Its hard limits are below podman's default ulimits.
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+# Build times, sizes, first-request times: printed in the terminal summary (conftest.py).
+FIGURES: list[str] = []
 
 
 def missing_tools() -> str | None:

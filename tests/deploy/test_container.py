@@ -25,6 +25,7 @@ import httpx
 import numpy as np
 import pytest
 from containers import (
+    FIGURES,
     PODMAN,
     ROOT,
     ULIMITS,
@@ -40,6 +41,8 @@ from tei_bundle import archive as bundle
 
 pytestmark = [
     pytest.mark.slow,
+    # A test's time includes its fixtures: debootstrap and an image build on a fresh machine.
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools())),
 ]
 
@@ -49,21 +52,19 @@ EXPORT_TAG = "localhost/tei-onnx:test-export"
 
 
 @pytest.fixture(scope="module")
-def report(request: pytest.FixtureRequest) -> Iterator[list[str]]:
-    lines: list[str] = []
-    yield lines
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and lines:
-        reporter.write_line("")
-        for line in lines:
-            reporter.write_line(f"images: {line}")
+def report() -> list[str]:
+    """Figures for the terminal summary (tests/deploy/conftest.py prints them)."""
+    return FIGURES
 
 
 @pytest.fixture(scope="module")
-def base(report: list[str]) -> str:
+def base(report: list[str]) -> Iterator[str]:
     seconds = make_base()
     report.append(f"local Debian base (docker/make-local-base.sh): {seconds:.0f} s")
-    return "ok"
+    yield "ok"
+    # Earlier builds of the test tags, untagged by these, would otherwise stay on disk for
+    # good; after both builds, so that the export build reuses the serve build's wheel stage.
+    podman("image", "prune", "--force")
 
 
 def _built(target: str, tag: str, tmp: Path, report: list[str]) -> str:
