@@ -69,5 +69,11 @@ def unprivileged_port_start() -> int:
 
 
 def prepare_bind(port: int) -> bool:
-    """Whether this process may bind `port`, after raising CAP_NET_BIND_SERVICE if needed."""
-    return port >= unprivileged_port_start() or enable_low_port_bind()
+    """Whether this process may bind `port` (0: any free one), after raising
+    CAP_NET_BIND_SERVICE if needed. A sandbox that refuses capget/capset counts as no."""
+    if port == 0 or port >= unprivileged_port_start():
+        return True
+    try:
+        return enable_low_port_bind()
+    except OSError:
+        return False
