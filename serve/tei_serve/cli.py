@@ -29,6 +29,7 @@ from tei_runtime.manifest import Task
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
 from tei_serve.http.app import build_app
+from tei_serve.low_ports import prepare_bind
 from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import Input, ServedModel
 from tei_serve.model_source import ModelSourceError, resolve
@@ -233,6 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(settings)
     log.info("args: %r", settings)
+    # Before any thread starts: threads inherit the capability (see low_ports).
+    if not prepare_bind(settings.port):
+        log.warning(
+            "port %d is below 1024 and this process may not bind it: set --port/PORT to 1024 "
+            "or above, or grant NET_BIND_SERVICE (or the net.ipv4.ip_unprivileged_port_start "
+            "sysctl)", settings.port,
+        )
     for flag in settings.compatibility_only():
         log.warning("%s is accepted for compatibility with TEI and has no effect", flag)
     if settings.disable_spans and settings.otlp_endpoint:

@@ -21,3 +21,13 @@ from rt_artifacts import Spec, write_artifact  # noqa: E402
 @pytest.fixture
 def toy_artifact(tmp_path: Path) -> Path:
     return write_artifact(tmp_path / "toy", Spec()).root
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The images' build times and sizes (test_container.py), whatever the verbosity."""
+    from containers import FIGURES
+
+    if FIGURES:
+        terminalreporter.section("images")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
