@@ -445,7 +445,14 @@ def summary(results: list[Run]) -> str:
         f"- host: {host_line(first)}",
         f"- limits at the start: {limit_line(first.peak)}",
         "- figures from one run on one host: compare ratios within it; a shared or loaded "
-        "machine moves absolute figures (load averages are in each model's results.md)",
+        "machine moves absolute figures",
+    ]
+    lines += [f"- {r.model.key or r.model.name}: started {r.started}, load average (1/5/15 min) "
+              f"before {r.load_before}, after {r.load_after}; limits before / after: "
+              f"{' / '.join(f'{x:.0f}' for x in r.peak.fp32_gflops)} GFLOP/s fp32, "
+              f"{' / '.join(f'{x:.0f}' for x in r.peak.int8_gops)} GOP/s int8"
+              for r in results]  # fmt: skip
+    lines += [
         "",
         "## Throughput at the largest batch, against the host's limits",
         "",
@@ -502,3 +509,21 @@ def write_summary(results: list[Run], out: Path) -> Path:
     path = out / "summary.md"
     path.write_text(summary(results))
     return path
+
+
+def main(argv: list[str]) -> int:
+    """`python -m bench.report OUT`: summary.md again from every OUT/<model>/results.json,
+    e.g. after the models were run one by one (each keeps its own start time and load)."""
+    out = Path(argv[0])
+    found = sorted(out.glob("*/results.json"), key=lambda p: p.parent.name)
+    runs = [msgspec.json.decode(p.read_bytes(), type=Run) for p in found]
+    order = {"minilm": 0, "bert-base": 1, "qwen3-0.6b": 2}
+    runs.sort(key=lambda r: order.get(r.model.key, 3))
+    print(write_summary(runs, out))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -160,3 +160,15 @@ def test_decoder_texts_are_cut_to_exact_counts(tmp_path: Path) -> None:
     pools = make_pools(tmp_path, 3, 64, {"short": 16, "long": 64})
     assert pools["short"].tokens == [16] * 3
     assert pools["long"].tokens == [64] * 3
+
+
+def test_summary_can_be_rebuilt_from_per_model_results(tmp_path: Path) -> None:
+    import msgspec
+
+    for key in ("qwen3-0.6b", "bert-base"):
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "results.json").write_bytes(msgspec.json.encode(_run(key)))
+    assert report.main([str(tmp_path)]) == 0
+    md = (tmp_path / "summary.md").read_text()
+    # in the bench's model order, whatever order the folders sort in
+    assert md.index("- bert-base: started") < md.index("- qwen3-0.6b: started")
