@@ -172,3 +172,16 @@ def test_summary_can_be_rebuilt_from_per_model_results(tmp_path: Path) -> None:
     md = (tmp_path / "summary.md").read_text()
     # in the bench's model order, whatever order the folders sort in
     assert md.index("- bert-base: started") < md.index("- qwen3-0.6b: started")
+
+
+def test_rates_keep_three_digits_and_cells_over_the_limit_are_flagged() -> None:
+    assert [report.rate(x) for x in (137.64, 27.51, 2.754, 0.1463)] == ["137.6", "27.5", "2.75",
+                                                                       "0.146"]  # fmt: skip
+    run = _run("bert-base")
+    # runtime-int8 long b32: 220 GFLOP/s against a 110 fp32 / 320 int8 limit: under its own
+    assert report.over_limit(run) == []
+    low = Run(**{**{f: getattr(run, f) for f in run.__struct_fields__},
+                 "peak": Peak(fp32_gflops=[50.0], int8_gops=[400.0], threads=2)})  # fmt: skip
+    flagged = report.over_limit(low)
+    assert any(f.startswith("runtime-fp32 long b32") for f in flagged)
+    assert "over 100% of the measured limit" in report.markdown(low)
