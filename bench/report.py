@@ -538,11 +538,14 @@ def write_summary(results: list[Run], out: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m bench.report OUT`: summary.md again from every OUT/<model>/results.json,
-    e.g. after the models were run one by one (each keeps its own start time and load)."""
+    """`python -m bench.report OUT`: every OUT/<model>/results.md and chart again from its
+    results.json, and summary.md over all of them, e.g. after the models were run one by one
+    (each keeps its own start time and load)."""
     out = Path(argv[0])
     found = sorted(out.glob("*/results.json"), key=lambda p: p.parent.name)
     runs = [msgspec.json.decode(p.read_bytes(), type=Run) for p in found]
+    for path, run in zip(found, runs, strict=True):
+        write(run, path.parent)
     order = {"minilm": 0, "bert-base": 1, "qwen3-0.6b": 2}
     runs.sort(key=lambda r: order.get(r.model.key, 3))
     print(write_summary(runs, out))
