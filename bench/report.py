@@ -459,16 +459,20 @@ def summary(results: list[Run]) -> str:
     if not results:
         return "# Benchmark summary\n\nNo model was run.\n"
     first = results[0]
+    one_run = len({r.command for r in results}) == 1
     lines = [
         f"# Benchmark summary ({'quick smoke run' if first.quick else 'full run'})",
         "",
-        f"- started {first.started}; command `{first.command}`",
+        f"- started {first.started}; command `{first.command}`" if one_run else
+        "- models run one by one; each one's start and command below",
         f"- host: {host_line(first)}",
-        f"- limits at the start: {limit_line(first.peak)}",
+        f"- limits at the start of {first.model.key or first.model.name}: {limit_line(first.peak)}",
         "- figures from one run on one host: compare ratios within it; a shared or loaded "
         "machine moves absolute figures",
     ]
-    lines += [f"- {r.model.key or r.model.name}: started {r.started}, load average (1/5/15 min) "
+    lines += [f"- {r.model.key or r.model.name}: started {r.started}"
+              + ("" if one_run else f" (`{r.command}`)")
+              + f", load average (1/5/15 min) "
               f"before {r.load_before}, after {r.load_after}; limits before / after: "
               f"{' / '.join(f'{x:.0f}' for x in r.peak.fp32_gflops)} GFLOP/s fp32, "
               f"{' / '.join(f'{x:.0f}' for x in r.peak.int8_gops)} GOP/s int8"
