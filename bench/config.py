@@ -1,4 +1,5 @@
-"""Sizes of a run. Full: the committed figures (~10 min on 2 cores). Quick: a smoke run."""
+"""Sizes of a run. Full: the committed figures. Quick: a smoke run. BIG: the base-size and 0.6B
+models, whose single batch of 32 x 512 tokens is seconds (BERT-base) to minutes (Qwen3-0.6B)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,24 @@ _DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 _SHORT = {v: k for k, v in _DTYPES.items()}
 
 
-def engines(dtypes: list[str]) -> list[str]:
+def engines(dtypes: list[str], *, full_stack: bool = True) -> list[str]:
     """In run order: the baseline first, then ours in-process, ours over HTTP and gRPC
-    (EmbedStream), infinity."""
+    (EmbedStream), infinity, fastembed. Without full_stack: the in-process ones only."""
     ours = [_SHORT[d] for d in dtypes]
+    inproc = ["st"] + [f"runtime-{p}" for p in ours]
+    if not full_stack:
+        return inproc
     return (
-        ["st"]
-        + [f"runtime-{p}" for p in ours]
+        inproc
         + [f"serve-{p}" for p in ours]
         + [f"serve-grpc-{p}" for p in ours]
-        + ["infinity-optimum", "infinity-torch"]
+        + ["infinity-optimum", "infinity-torch", "fastembed"]
     )
+
+
+def is_int8(engine: str) -> bool:
+    """Whose limit is the host's int8 GEMM rate rather than its fp32 one."""
+    return engine.endswith("-int8")
 
 
 def is_grpc(engine: str) -> bool:
@@ -50,6 +58,10 @@ class Sizes(msgspec.Struct, frozen=True, kw_only=True):
     # skipped: on 2 cores one round of 16 x 32 long texts alone takes minutes per engine.
     round_token_cap: int
     gemm_n: int
+    # A cell whose one call is over this many tokens is warmed with one text instead of a whole
+    # batch: warming 32 x 512 tokens of a 0.6B model would double a minutes-long cell.
+    warm_token_cap: int = 1_000_000_000
+    cosine_texts: int = 0  # mixed texts embedded for the cosine check; 0: the whole pool
 
 
 FULL = Sizes(
@@ -74,4 +86,32 @@ QUICK = Sizes(
     max_seconds=1.0,
     round_token_cap=4_000,
     gemm_n=256,
+)
+
+BIG = Sizes(
+    repeats=1,
+    pool=32,
+    batches=(1, 32),
+    concurrencies=(1,),
+    min_calls=3,
+    min_seconds=0.0,
+    max_seconds=3.0,  # one call when a call is longer: 32 x 512 tokens is one timed batch
+    round_token_cap=1_000_000_000,
+    gemm_n=2048,
+    warm_token_cap=2048,
+    cosine_texts=8,
+)
+
+BIG_QUICK = Sizes(
+    repeats=1,
+    pool=4,
+    batches=(1, 4),
+    concurrencies=(1,),
+    min_calls=1,
+    min_seconds=0.0,
+    max_seconds=1.0,
+    round_token_cap=600,
+    gemm_n=256,
+    warm_token_cap=64,
+    cosine_texts=4,
 )

@@ -2,8 +2,15 @@
 
 FLOPs count multiply-adds as 2 and only the matmuls, which are >97% of a BERT encoder's work:
 per layer and token, Q/K/V/O projections 4*h*h, the FFN 2*h*i, and attention scores plus the
-weighted sum 2*L*h for a sequence of L tokens. Embedding lookups, layer norms, softmax and
-pooling are left out, so "fraction of peak" slightly flatters nobody.
+weighted sum 2*L*h for a sequence of L tokens. Grouped-query decoders (Qwen3) have Q/O of width
+a = heads x head_dim and K/V of width k = kv_heads x head_dim (2*h*a + 2*h*k), a gated FFN of
+three matrices (3*h*i) and scores over a (2*L*a). Embedding lookups, norms, rotary, softmax and
+pooling are left out, so "fraction of the limit" slightly flatters nobody.
+
+The limits: numpy's sgemm (BLAS threads pinned to the engines' count) for fp32, and
+onnxruntime's MatMulInteger for int8 (the MLAS kernels every int8 graph here runs on), taking
+the faster of its two forms, u8 x s8 and u8 x u8: which one is faster depends on the ISA (VNNI
+or not), and quantizers pick per host.
 """
 
 from __future__ import annotations
@@ -15,34 +22,41 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from bench.records import Model
 
+# Families whose MLP is gated (gate, up and down projections).
+GATED_FFN = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}
 
-def model_shape(checkpoint: Path, name: str, max_length: int) -> Model:
+
+def model_shape(checkpoint: Path, name: str, max_length: int, key: str = "") -> Model:
     cfg = json.loads((checkpoint / "config.json").read_text())
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
     m = Model(
         name=name,
+        key=key,
         layers=int(cfg["num_hidden_layers"]),
-        hidden=int(cfg["hidden_size"]),
+        hidden=hidden,
         intermediate=int(cfg["intermediate_size"]),
         max_length=max_length,
         mflops_per_token_at_128=0.0,
+        attention_width=heads * head_dim,
+        kv_width=kv_heads * head_dim,
+        ffn_matrices=3 if cfg.get("model_type") in GATED_FFN else 2,
     )
-    return Model(
-        name=m.name,
-        layers=m.layers,
-        hidden=m.hidden,
-        intermediate=m.intermediate,
-        max_length=m.max_length,
-        mflops_per_token_at_128=flops_per_token(m, 128) / 1e6,
-    )
+    return msgspec.structs.replace(m, mflops_per_token_at_128=flops_per_token(m, 128) / 1e6)
 
 
 def flops_per_token(m: Model, seq_len: int) -> float:
     h, i = m.hidden, m.intermediate
-    return 2.0 * m.layers * (4 * h * h + 2 * h * i + 2 * seq_len * h)
+    a, k = m.attention_width or h, m.kv_width or h
+    per_layer = 2 * h * a + 2 * h * k + m.ffn_matrices * h * i + 2 * seq_len * a
+    return 2.0 * m.layers * per_layer
 
 
 def text_flops(m: Model, tokens: list[int]) -> float:
@@ -50,14 +64,19 @@ def text_flops(m: Model, tokens: list[int]) -> float:
     return sum(n * flops_per_token(m, n) for n in tokens)
 
 
-def _best_rate(fn: object, ops: float, repeats: int) -> float:
+def _best_rate(fn: object, ops: float, repeats: int, min_seconds: float = 1.0) -> float:
+    """The best of at least `repeats` runs and `min_seconds`: a ceiling, so the fastest run
+    counts; on a shared host one slice without preemption is rare, hence the time floor."""
     assert callable(fn)
     fn()  # warm: thread pool start, page faults
     best = float("inf")
-    for _ in range(repeats):
+    start = time.perf_counter()
+    done = 0
+    while done < repeats or (time.perf_counter() - start < min_seconds and done < 200):
         t = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t)
+        done += 1
     return ops / best / 1e9
 
 
@@ -68,17 +87,18 @@ def fp32_gemm_gflops(n: int, repeats: int = 5) -> float:
     return _best_rate(lambda: a @ b, 2.0 * n**3, repeats)
 
 
-def int8_gemm_gops(n: int, threads: int, repeats: int = 5) -> float:
-    """onnxruntime's MatMulInteger (u8 x s8), the op our int8 variant runs; needs `onnx`."""
+def int8_gemm_gops(n: int, threads: int, repeats: int = 5, *, signed_b: bool = True) -> float:
+    """onnxruntime's MatMulInteger, u8 x s8 (signed_b) or u8 x u8; needs `onnx`."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
+    b_type = TensorProto.INT8 if signed_b else TensorProto.UINT8
     graph = helper.make_graph(
         [helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
         "gemm",
         [
             helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n]),
-            helper.make_tensor_value_info("b", TensorProto.INT8, [n, n]),
+            helper.make_tensor_value_info("b", b_type, [n, n]),
         ],
         [helper.make_tensor_value_info("y", TensorProto.INT32, [n, n])],
     )
@@ -92,11 +112,38 @@ def int8_gemm_gops(n: int, threads: int, repeats: int = 5) -> float:
     )
     rng = np.random.default_rng(0)
     a = rng.integers(0, 255, (n, n), dtype=np.uint8)
-    b = rng.integers(-127, 127, (n, n), dtype=np.int8)
+    b = (rng.integers(-127, 127, (n, n), dtype=np.int8) if signed_b
+         else rng.integers(0, 255, (n, n), dtype=np.uint8))  # fmt: skip
     return _best_rate(lambda: sess.run(None, {"a": a, "b": b}), 2.0 * n**3, repeats)
 
 
-def measure_peak(n: int, threads: int) -> tuple[float, float | None, str]:
+def blas_info() -> str:
+    """numpy's BLAS as loaded: library, version, the kernel it picked for this CPU, threads."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed (the bench extra)"
+    parts = []
+    for lib in threadpool_info():
+        if lib.get("user_api") != "blas":
+            continue
+        arch = lib.get("architecture") or "?"
+        threading = f"{lib.get('threading_layer')}, {lib.get('num_threads')} threads"
+        parts.append(f"{lib.get('internal_api')} {lib.get('version')} ({arch} kernel, {threading})")
+    return "; ".join(parts) or "no BLAS found by threadpoolctl"
+
+
+class Measured(msgspec.Struct, frozen=True, kw_only=True):
+    """One measurement of the host's limits (what `python -m bench.flops` prints)."""
+
+    fp32: float
+    int8: float | None  # the faster int8 form
+    int8_forms: dict[str, float]
+    blas: str
+    note: str = ""
+
+
+def measure_peak(n: int, threads: int) -> Measured:
     """Run the GEMMs in a fresh process whose BLAS is pinned to `threads` threads."""
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -108,19 +155,22 @@ def measure_peak(n: int, threads: int) -> tuple[float, float | None, str]:
         text=True,
         check=True,
     ).stdout
-    got = json.loads(out.strip().splitlines()[-1])
-    return float(got["fp32"]), got["int8"], str(got["note"])
+    return msgspec.json.decode(out.strip().splitlines()[-1], type=Measured)
 
 
 def _main(argv: list[str]) -> None:
     n, threads = int(argv[0]), int(argv[1])
-    int8: float | None
+    forms: dict[str, float] = {}
     note = ""
     try:
-        int8 = int8_gemm_gops(n, threads)
+        for form, signed in (("u8s8", True), ("u8u8", False)):
+            forms[form] = int8_gemm_gops(n, threads, signed_b=signed)
     except ImportError as e:
-        int8, note = None, f"int8 GEMM not measured: {e}"
-    print(json.dumps({"fp32": fp32_gemm_gflops(n), "int8": int8, "note": note}))
+        note = f"int8 GEMM not measured: {e}"
+    fp32 = fp32_gemm_gflops(n)
+    got = Measured(fp32=fp32, int8=max(forms.values()) if forms else None, int8_forms=forms,
+                   blas=blas_info(), note=note)  # fmt: skip
+    print(msgspec.json.encode(got).decode())
 
 
 if __name__ == "__main__":

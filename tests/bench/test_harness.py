@@ -70,11 +70,12 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
          "--cache", str(tmp_path / "cache")],
         cwd=REPO, check=True, timeout=600,
     )  # fmt: skip
-    run = msgspec.json.decode((tmp_path / "out" / "results.json").read_bytes(), type=Run)
+    out = tmp_path / "out" / "minilm"
+    run = msgspec.json.decode((out / "results.json").read_bytes(), type=Run)
     assert run.quick
     assert {e.engine for e in run.engines} == set(engines)
     assert all(e.error is None and e.cells for e in run.engines)
-    md = (tmp_path / "out" / "results.md").read_text()
+    md = (out / "results.md").read_text()
     header = "| engine | length | batch | conc | texts/s | spread | tokens/s | p50 ms | p99 ms "
     lines = md.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header))
@@ -84,11 +85,14 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
             break
         body.append(line)
     assert len(body) == sum(len(e.cells) for e in run.engines)
-    assert all(line.count("|") == 12 for line in body)
+    assert all(line.count("|") == 13 for line in body)
     assert {line.split("|")[1].strip() for line in body} == set(engines)
     assert "## Targets" in md
+    assert "fp32 GEMM" in md and "avx512f" in md  # the host's limits and ISA in every table
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| minilm | runtime-int8 |" in summary
     try:
         import matplotlib  # noqa: F401  # the bench extra; the chart is skipped without it
     except ImportError:
         return
-    assert (tmp_path / "out" / "chart.png").stat().st_size > 0
+    assert (out / "chart.png").stat().st_size > 0

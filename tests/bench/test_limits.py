@@ -1,0 +1,187 @@
+"""The bench's pure parts: FLOPs of grouped-query shapes, limits, fractions, tables. No timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench.config import BIG, engines
+from bench.flops import flops_per_token, model_shape
+from bench.limits import fraction, limit_line, limit_of
+from bench.models import MODELS, _save_sentence_transformers, recipe_digest
+from bench.records import Cell, EngineRun, Machine, Model, Peak, Run
+from bench.run import Options, sizes_for, timed_lengths
+
+PEAK = Peak(fp32_gflops=[100.0, 120.0, 110.0], int8_gops=[300.0, 340.0], threads=2,
+            blas="openblas 0.3.29 (Zen kernel, pthreads, 2 threads)",
+            int8_forms={"u8s8": 300.0, "u8u8": 150.0})  # fmt: skip
+
+
+def test_qwen3_shape_counts_grouped_attention_and_a_gated_ffn(tmp_path: Path) -> None:
+    cfg = {k: v for k, v in MODELS["qwen3-0.6b"].config.items()}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = model_shape(tmp_path, "q", 512)
+    assert (m.attention_width, m.kv_width, m.ffn_matrices) == (2048, 1024, 3)
+    h, a, k, i, n = 1024, 2048, 1024, 3072, 512
+    per_layer = 2 * h * a + 2 * h * k + 3 * h * i + 2 * n * a
+    assert flops_per_token(m, n) == 2 * 28 * per_layer
+    # ~1 GFLOP per token at 512: 32 x 512 tokens is ~17 TFLOP, minutes on 2 cores
+    assert 0.9e9 < flops_per_token(m, n) < 1.1e9
+
+
+def test_bert_shape_is_the_plain_formula(tmp_path: Path) -> None:
+    cfg = {k: v for k, v in MODELS["bert-base"].config.items()}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = model_shape(tmp_path, "b", 512)
+    h, i = 768, 3072
+    assert flops_per_token(m, 128) == 2 * 12 * (4 * h * h + 2 * h * i + 2 * 128 * h)
+
+
+def test_int8_engines_are_held_to_the_int8_limit() -> None:
+    assert limit_of("runtime-int8", PEAK) == ("int8", 300.0 + (340.0 - 300.0) / 2)
+    assert limit_of("serve-int8", PEAK)[0] == "int8"
+    for engine in ("st", "runtime-fp32", "serve-fp32", "fastembed", "infinity-optimum"):
+        assert limit_of(engine, PEAK) == ("fp32", 110.0)
+    unmeasured = Peak(fp32_gflops=[100.0], int8_gops=[], threads=2)
+    assert limit_of("runtime-int8", unmeasured) == ("int8", None)
+    assert fraction(55.0, 110.0) == 0.5
+    assert fraction(55.0, None) is None
+
+
+def test_limit_line_names_blas_kernel_and_int8_forms() -> None:
+    line = limit_line(PEAK)
+    assert "100 / 120 / 110 GFLOP/s" in line
+    assert "300 / 340 GOP/s" in line
+    assert "u8s8 300, u8u8 150" in line
+    assert "Zen kernel" in line
+
+
+def _cell(engine: str, length: str, batch: int, seconds: float, gflop: float) -> Cell:
+    return Cell(engine=engine, length=length, batch=batch, concurrency=1, repeat=0,
+                texts=batch * 4, tokens=batch * 64, flops=gflop * 1e9, seconds=seconds,
+                p50_ms=seconds * 250, p99_ms=seconds * 300)  # fmt: skip
+
+
+def _run(key: str) -> Run:
+    cells = {
+        "st": [_cell("st", "short", 1, 1.0, 10), _cell("st", "long", 32, 4.0, 220)],
+        "runtime-fp32": [_cell("runtime-fp32", "short", 1, 0.2, 10),
+                         _cell("runtime-fp32", "long", 32, 2.0, 220)],
+        "runtime-int8": [_cell("runtime-int8", "short", 1, 0.1, 10),
+                         _cell("runtime-int8", "long", 32, 1.0, 220)],
+    }  # fmt: skip
+    return Run(
+        started="2026-12-03T19:00:00+00:00", quick=False, command="python -m bench",
+        load_before=[1.0, 1.0, 1.0], load_after=[2.0, 2.0, 2.0],
+        machine=Machine(cpu="AMD EPYC", cores=2, isa=["avx2", "fma"], memory_gb=24.0,
+                        python="3.11", versions={}),
+        peak=PEAK,
+        model=Model(name=key, key=key, layers=12, hidden=768, intermediate=3072,
+                    max_length=512, mflops_per_token_at_128=170.0),
+        workloads={"short": 16.0, "long": 512.0},
+        engines=[EngineRun(engine=e, repeat=0, cells=c, min_cosine_vs_st=0.995 if e != "st"
+                           else None) for e, c in cells.items()],
+    )  # fmt: skip
+
+
+def test_table_shows_each_engines_fraction_of_its_own_limit() -> None:
+    md = report.markdown(_run("bert-base"))
+    row = next(line for line in md.splitlines() if line.startswith("| runtime-int8 | long | 32"))
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    # 220 GFLOP in 1 s: 200% of the 110 GFLOP/s fp32 limit, 68.8% of the 320 GOP/s int8 one
+    assert cols[-2:] == ["200.0%", "68.8%"]
+    fp32_row = next(line for line in md.splitlines()
+                    if line.startswith("| runtime-fp32 | long | 32"))  # fmt: skip
+    assert [c.strip() for c in fp32_row.strip("|").split("|")][-2:] == ["100.0%", ""]
+    assert "avx512f no" in md and "avx2 yes" in md
+
+
+def test_big_model_targets() -> None:
+    got = {name: (shown, verdict) for name, shown, verdict in
+           report.targets(_run("qwen3-0.6b"), report.rows(_run("qwen3-0.6b")))}  # fmt: skip
+    assert got["runtime-fp32 >= 85% of the fp32 limit (long, b32)"][1] == "met"
+    assert got["runtime-int8 >= 1.6x runtime-fp32 (long, b32)"] == ("2.00x", "met")
+    assert got["runtime-fp32 batch-1 short p50 <= 0.3x ST"] == ("0.20x", "met")
+    assert got["runtime-int8 min cosine vs ST >= 0.99 (random weights)"] == ("0.9950", "met")
+
+
+def test_summary_has_every_model_and_the_host() -> None:
+    md = report.summary([_run("bert-base"), _run("qwen3-0.6b")])
+    assert "avx512_vnni no" in md and "Zen kernel" in md
+    table = [line for line in md.splitlines() if line.startswith(("| bert-base", "| qwen3"))]
+    # per model: 3 engines at b32 long, 3 batch-1 latencies, 6 targets
+    assert sum(line.startswith("| qwen3-0.6b | runtime-int8 | long | 32 |") for line in table) == 1
+    lat = [line for line in table if line.count("|") == 6]
+    assert len(lat) == 6
+
+
+def test_sizes_and_lengths_follow_the_model_and_the_options() -> None:
+    opts = Options(quick=False, command="", engines=[], dtypes=["float32", "int8"], lengths=[],
+                   batches=(), repeats=0, checkpoint=None, artifact=None, cache=Path(),
+                   device="cpu", threads=2)  # fmt: skip
+    assert sizes_for(MODELS["qwen3-0.6b"], opts) == BIG
+    assert timed_lengths(MODELS["qwen3-0.6b"], []) == ["short", "long"]
+    assert timed_lengths(MODELS["minilm"], []) == ["short", "medium", "long", "mixed"]
+    assert timed_lengths(MODELS["bert-base"], ["long", "short"]) == ["short", "long"]
+    with pytest.raises(SystemExit):
+        timed_lengths(MODELS["bert-base"], ["medium"])
+    narrowed = Options(**{**{f: getattr(opts, f) for f in opts.__struct_fields__},
+                          "batches": (1,), "repeats": 2})  # fmt: skip
+    assert sizes_for(MODELS["minilm"], narrowed).batches == (1,)
+    assert sizes_for(MODELS["minilm"], narrowed).repeats == 2
+    assert engines(["float32", "int8"], full_stack=False) == ["st", "runtime-fp32", "runtime-int8"]
+    assert "fastembed" in engines(["float32"])
+
+
+def test_checkpoint_recipe_pooling_and_digest(tmp_path: Path) -> None:
+    for key, mode in (("bert-base", "cls_token"), ("qwen3-0.6b", "lasttoken")):
+        dest = tmp_path / key
+        dest.mkdir()
+        _save_sentence_transformers(MODELS[key], dest)
+        pooling = json.loads((dest / "1_Pooling" / "config.json").read_text())
+        assert [k for k, v in pooling.items() if v is True] == [f"pooling_mode_{mode}"]
+        mods = json.loads((dest / "modules.json").read_text())
+        assert mods[-1]["type"].endswith("Normalize")
+    a = recipe_digest(MODELS["bert-base"], "5.25.0")
+    assert a == recipe_digest(MODELS["bert-base"], "5.25.0")
+    assert a != recipe_digest(MODELS["bert-base"], "5.26.0")
+    assert a != recipe_digest(MODELS["qwen3-0.6b"], "5.25.0")
+
+
+def test_decoder_texts_are_cut_to_exact_counts(tmp_path: Path) -> None:
+    # a decoder's tokenizer appends its end token instead of leading with [CLS]
+    from bench.texts import make_pools
+    from support.tiny_models import build_tokenizer
+
+    build_tokenizer(decoder=True).save(str(tmp_path / "tokenizer.json"))
+    pools = make_pools(tmp_path, 3, 64, {"short": 16, "long": 64})
+    assert pools["short"].tokens == [16] * 3
+    assert pools["long"].tokens == [64] * 3
+
+
+def test_summary_can_be_rebuilt_from_per_model_results(tmp_path: Path) -> None:
+    import msgspec
+
+    for key in ("qwen3-0.6b", "bert-base"):
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "results.json").write_bytes(msgspec.json.encode(_run(key)))
+    assert report.main([str(tmp_path)]) == 0
+    md = (tmp_path / "summary.md").read_text()
+    # in the bench's model order, whatever order the folders sort in
+    assert md.index("- bert-base: started") < md.index("- qwen3-0.6b: started")
+
+
+def test_rates_keep_three_digits_and_cells_over_the_limit_are_flagged() -> None:
+    assert [report.rate(x) for x in (137.64, 27.51, 2.754, 0.1463)] == ["137.6", "27.5", "2.75",
+                                                                       "0.146"]  # fmt: skip
+    run = _run("bert-base")
+    # runtime-int8 long b32: 220 GFLOP/s against a 110 fp32 / 320 int8 limit: under its own
+    assert report.over_limit(run) == []
+    low = Run(**{**{f: getattr(run, f) for f in run.__struct_fields__},
+                 "peak": Peak(fp32_gflops=[50.0], int8_gops=[400.0], threads=2)})  # fmt: skip
+    flagged = report.over_limit(low)
+    assert any(f.startswith("runtime-fp32 long b32") for f in flagged)
+    assert "over 100% of the measured limit" in report.markdown(low)
