@@ -54,7 +54,7 @@ def test_external_data_export_matches_the_inline_one(
     assert all(not v.external_data for v in read_manifest(whole).variants)
 
     for variant in manifest.variants:
-        dtype = {"fp32": "float32", "fp16": "float16", "int8": "int8"}[variant.name]
+        dtype = {"fp32": "float32", "fp16": "float16", "int8": "int8"}[variant.precision.value]
         a = tei_runtime.load(whole, device="cpu", dtype=dtype).embed(TEXTS)
         b = tei_runtime.load(split, device="cpu", dtype=dtype).embed(TEXTS)
         np.testing.assert_allclose(a, b, atol=1e-6)
