@@ -1,4 +1,5 @@
-"""fp16 and int8 variants derived from the fused fp32 graph."""
+"""fp16 and int8 variants derived from an fp32 graph (the fused one, or the plain one for the
+CPU classes a card names)."""
 
 from __future__ import annotations
 
