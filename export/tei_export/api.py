@@ -261,7 +261,7 @@ def _build(
                 else:
                     int8 = precision.to_int8(
                         plan, source.path / "tokenizer.json", source_graph.path, path,
-                        external_data=external_data,
+                        vocab_size=vocab_size, external_data=external_data,
                     )  # fmt: skip
                     progress.note(
                         f"{path.name}: {int8.quantized} MatMuls static int8, "

@@ -3,7 +3,6 @@ CPU classes a card names)."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 
-from tei_export import external, quantize
+from tei_export import external, quantize, validate
 from tei_export.calibration import calibration_texts
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan
@@ -57,8 +56,6 @@ def to_fp16(src: Path, dst: Path, *, external_data: bool) -> None:
 # every MatMul int8 and 0.9878 with the two most sensitive kept fp32 (0.9896 and 0.9934 on the
 # benchmark's mixed texts); its calibration texts are harder (eight scripts, code, emoji).
 INT8_CALIBRATION_TARGET = 0.985
-# At most this share of the MatMuls stays fp32: past it the variant loses its speed.
-INT8_MAX_FP32_SHARE = 1 / 6
 # Calibration texts are cut here: longer inputs add cost, not new ranges.
 MAX_CALIBRATION_LENGTH = 512
 
@@ -71,6 +68,16 @@ class Int8Result(msgspec.Struct, frozen=True, kw_only=True):
     texts."""
 
 
+def _feed(plan: ExportPlan, ids: IntArray, type_ids: IntArray) -> dict[str, IntArray]:
+    by_name = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "token_type_ids": type_ids,
+        "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :],
+    }
+    return {name: by_name[name] for name in plan.inputs}
+
+
 def calibration_feeds(plan: ExportPlan, tokenizer_json: Path) -> list[dict[str, IntArray]]:
     """Each calibration text as its own batch of one, tokenized by the model's tokenizer."""
     from tei_runtime.tokenization import Tokenizer
@@ -78,16 +85,23 @@ def calibration_feeds(plan: ExportPlan, tokenizer_json: Path) -> list[dict[str, 
     tokenizer = Tokenizer(
         tokenizer_json, max_input_length=min(plan.max_input_length, MAX_CALIBRATION_LENGTH)
     )
+    return [
+        _feed(plan, np.array([enc.ids], np.int64), np.array([enc.type_ids], np.int64))
+        for enc in tokenizer.encode(
+            calibration_texts(), truncate=True, truncation_direction="right"
+        )
+    ]
+
+
+def random_id_feeds(plan: ExportPlan, vocab_size: int) -> list[dict[str, IntArray]]:
+    """Batches of one of random ids (a fixed seed) at the lengths the export's validation
+    sends: the int8 graph is scored on them too (not calibrated on them), because a model's
+    activations on long or random inputs can leave the ranges its calibration texts gave."""
+    rng = np.random.default_rng(20261203)
     feeds = []
-    for enc in tokenizer.encode(calibration_texts(), truncate=True, truncation_direction="right"):
-        ids = np.array([enc.ids], np.int64)
-        by_name = {
-            "input_ids": ids,
-            "attention_mask": np.ones_like(ids),
-            "token_type_ids": np.array([enc.type_ids], np.int64),
-            "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :],
-        }
-        feeds.append({name: by_name[name] for name in plan.inputs})
+    for n in sorted({n for batch in validate.length_grid(plan) for n in batch.lengths}):
+        ids = rng.integers(3, max(4, vocab_size - 1), size=(1, n), dtype=np.int64)
+        feeds.append(_feed(plan, ids, np.zeros_like(ids)))
     return feeds
 
 
@@ -107,12 +121,20 @@ def _min_cosine(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float
 
 
 def to_int8(
-    plan: ExportPlan, tokenizer_json: Path, src: Path, dst: Path, *, external_data: bool
+    plan: ExportPlan,
+    tokenizer_json: Path,
+    src: Path,
+    dst: Path,
+    *,
+    vocab_size: int,
+    external_data: bool,
 ) -> Int8Result:
     """Static int8 (tei_export.quantize): activations calibrated on the calibration texts
     with the model's own tokenizer, so a text's vector does not depend on its batch; the
     most sensitive MatMuls by measured local error stay fp32 until the graph's vectors reach
-    INT8_CALIBRATION_TARGET against fp32 (or INT8_MAX_FP32_SHARE is spent). Attention's
+    INT8_CALIBRATION_TARGET against fp32, on the calibration texts and on random ids
+    (every MatMul fp32 at worst: a model int8 cannot carry stays exact rather than failing
+    its export; the export's log counts what was kept). Attention's
     fused QKV projection (an Attention op, not a MatMul) stays fp32."""
     import onnxruntime as ort
 
@@ -124,24 +146,28 @@ def to_int8(
     calib = quantize.calibrate(src, sites, feeds)
     output = list(plan.outputs)
 
-    def vectors(path: Path) -> npt.NDArray[np.float32]:
+    def vectors(path: Path) -> list[npt.NDArray[np.float32]]:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        # The last output is the vector users get: pooled, logits or sparse, else tokens.
-        return text_vectors([session.run(output, dict(feed))[-1] for feed in feeds])
+        # The last output is the vector users get: pooled, logits or sparse, else tokens;
+        # one set of vectors for the calibration texts, one for the random ids.
+        return [
+            text_vectors([session.run(output, dict(feed))[-1] for feed in inputs])
+            for inputs in (feeds, random_feeds)
+        ]
 
+    random_feeds = random_id_feeds(plan, vocab_size)
     reference = vectors(src)
 
     def score(kept: Sequence[str]) -> float:
         candidate = quantize.to_qdq(model, sites, calib.plans, keep_fp32=kept)
         external.save(candidate, dst, external=external_data)
-        return _min_cosine(vectors(dst), reference)
+        return min(_min_cosine(a, b) for a, b in zip(vectors(dst), reference, strict=True))
 
     ranked = quantize.sensitive_first(calib.errors)
-    cap = max(1, math.floor(len(sites) * INT8_MAX_FP32_SHARE))
     kept, reached = quantize.choose_fp32(
-        ranked, score, target=INT8_CALIBRATION_TARGET, cap=cap
+        ranked, score, target=INT8_CALIBRATION_TARGET, cap=len(ranked)
     )
     external.save(quantize.to_qdq(model, sites, calib.plans, keep_fp32=kept), dst,
                   external=external_data)  # fmt: skip
