@@ -94,15 +94,33 @@ def calibration_feeds(plan: ExportPlan, tokenizer_json: Path) -> list[dict[str, 
 
 
 def random_id_feeds(plan: ExportPlan, vocab_size: int) -> list[dict[str, IntArray]]:
-    """Batches of one of random ids (a fixed seed) at the lengths the export's validation
-    sends: the int8 graph is scored on them too (not calibrated on them), because a model's
-    activations on long or random inputs can leave the ranges its calibration texts gave."""
-    rng = np.random.default_rng(20261203)
-    feeds = []
-    for n in sorted({n for batch in validate.length_grid(plan) for n in batch.lengths}):
-        ids = rng.integers(3, max(4, vocab_size - 1), size=(1, n), dtype=np.int64)
-        feeds.append(_feed(plan, ids, np.zeros_like(ids)))
-    return feeds
+    """The export validation's batches of random ids (its lengths, padding and seeds): the
+    int8 graph is scored on them too (not calibrated on them), because a model's activations
+    on long or random inputs can leave the ranges its calibration texts gave, and a reranker's
+    scores are compared across a batch there."""
+    from tei_export.reference import example_inputs
+
+    return [
+        {
+            name: tensor.numpy()
+            for name, tensor in zip(
+                plan.inputs,
+                example_inputs(plan, batch.lengths, vocab_size, padding_side=batch.padding_side),
+                strict=True,
+            )
+        }
+        for batch in validate.length_grid(plan)
+    ]
+
+
+def batch_vectors(output: npt.NDArray[np.float32], mask: IntArray) -> npt.NDArray[np.float32]:
+    """The vectors validation compares for one batch: token rows mean-pooled under the mask,
+    one score per row compared as one vector across the batch, other rows as they are."""
+    out = np.asarray(output, np.float32)
+    if out.ndim == 3:
+        weights = mask[..., None].astype(np.float32)
+        out = (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+    return out.reshape(1, -1) if out.shape[-1] == 1 else out
 
 
 def text_vectors(per_text: Sequence[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
@@ -151,10 +169,11 @@ def to_int8(
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         # The last output is the vector users get: pooled, logits or sparse, else tokens;
-        # one set of vectors for the calibration texts, one for the random ids.
-        return [
-            text_vectors([session.run(output, dict(feed))[-1] for feed in inputs])
-            for inputs in (feeds, random_feeds)
+        # one set of vectors for the calibration texts, one per validation batch.
+        texts = text_vectors([session.run(output, dict(feed))[-1] for feed in feeds])
+        return [texts] + [
+            batch_vectors(session.run(output, dict(feed))[-1], feed["attention_mask"])
+            for feed in random_feeds
         ]
 
     random_feeds = random_id_feeds(plan, vocab_size)
