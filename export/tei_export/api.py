@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 import msgspec
+import onnx
 
 from tei_export import external, fuse, hub_layouts, precision, validate
 from tei_export.checkpoint import Checkpoint, read_checkpoint
@@ -19,6 +20,7 @@ from tei_runtime.checksum import sha256_file
 from tei_runtime.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
+    GraphForm,
     IoNames,
     Manifest,
     Pooling,
@@ -32,6 +34,21 @@ from tei_runtime.manifest import (
     encode_manifest,
 )
 from tei_runtime.permissions import publish_tree
+
+
+class _Graph(msgspec.Struct, frozen=True, kw_only=True):
+    """One graph file the export wrote, before validation."""
+
+    precision: Precision
+    graph: GraphForm
+    path: Path
+    fused_ops: dict[str, int]
+
+    @property
+    def name(self) -> str:
+        """The variant's name: its precision, with `-plain` for a plain graph."""
+        suffix = "-plain" if self.graph is GraphForm.PLAIN else ""
+        return f"{self.precision.value}{suffix}"
 
 
 def _version(package: str) -> str:
@@ -206,62 +223,110 @@ def _build(
     if external_data:
         progress.note("weights go to one external <graph>.data file per variant")
     fp32 = work / "model.fp32.onnx"
+    plain_cpus = plan.card.fusion.plain_graph_cpus
     with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
-        fused_counts = {Precision.FP32: fuse.fuse(plan, raw, fp32, external_data=external_data)}
+        fused_counts = fuse.fuse(plan, raw, fp32, external_data=external_data)
+        built = [
+            _Graph(
+                precision=Precision.FP32, graph=GraphForm.FUSED, path=fp32, fused_ops=fused_counts
+            )
+        ]
+        if plain_cpus:
+            plain = work / "model.fp32.plain.onnx"
+            external.save(onnx.load(str(raw)), plain, external=external_data)
+            built.append(
+                _Graph(
+                    precision=Precision.FP32,
+                    graph=GraphForm.PLAIN,
+                    path=plain,
+                    fused_ops=fuse.count_fused_ops(plain),
+                )
+            )
         shutil.rmtree(raw.parent)
-    files = {Precision.FP32: fp32}
     for wanted in plan.precisions:
         if wanted is Precision.FP32:
             continue
-        path = work / f"model.{wanted.value}.onnx"
-        with progress.stage(f"{wanted.value} variant"):
-            convert = precision.to_fp16 if wanted is Precision.FP16 else precision.to_int8
-            convert(fp32, path, external_data=external_data)
-            fused_counts[wanted] = fuse.count_fused_ops(path)
-        files[wanted] = path
+        for source_graph in [g for g in built if g.precision is Precision.FP32]:
+            if wanted is Precision.FP16 and source_graph.graph is GraphForm.PLAIN:
+                continue  # fp16 is for GPUs, which keep fused attention
+            path = source_graph.path.with_name(
+                source_graph.path.name.replace("fp32", wanted.value)
+            )
+            label = f"{wanted.value} variant" + (
+                f" ({source_graph.graph.value} graph)" if plain_cpus else ""
+            )
+            with progress.stage(label):
+                if wanted is Precision.FP16:
+                    precision.to_fp16(source_graph.path, path, external_data=external_data)
+                else:
+                    int8 = precision.to_int8(
+                        plan, source.path / "tokenizer.json", source_graph.path, path,
+                        vocab_size=vocab_size, external_data=external_data,
+                    )  # fmt: skip
+                    progress.note(
+                        f"{path.name}: {int8.quantized} MatMuls static int8, "
+                        f"{len(int8.kept_fp32)} kept fp32 by measured sensitivity; calibration "
+                        f"texts' min cosine against fp32 {int8.calibration_min_cosine:.4f}"
+                    )
+            built.append(
+                _Graph(
+                    precision=wanted,
+                    graph=source_graph.graph,
+                    path=path,
+                    fused_ops=fuse.count_fused_ops(path),
+                )
+            )
 
-    with progress.stage(f"validate {', '.join(p.value for p in files)} against PyTorch"):
+    with progress.stage(f"validate {', '.join(g.name for g in built)} against PyTorch"):
         results = validate.validate(
             validate.ValidationRequest(
                 plan=plan,
                 checkpoint=str(source.path),
                 vocab_size=vocab_size,
                 trust_remote_code=trust_remote_code,
-                variants=[validate.VariantFile(precision=p, path=str(f)) for p, f in files.items()],
+                variants=[
+                    validate.VariantFile(name=g.name, precision=g.precision, path=str(g.path))
+                    for g in built
+                ],
             ),
             work,
         )
+    by_name = {g.name: g for g in built}
     variants = []
     for result in results:
+        graph = by_name[result.name]
         tolerance = plan.card.tolerance.for_precision(result.precision)
         if result.min_cosine < tolerance:
             raise ExportError(
-                f"{result.precision.value} variant is off: min cosine {result.min_cosine:.6f} "
+                f"{result.name} variant is off: min cosine {result.min_cosine:.6f} "
                 f"< {tolerance} against PyTorch (max abs err {result.max_abs_err:.3g})"
             )
-        path = files[result.precision]
         variants.append(
             Variant(
-                name=result.precision.value,
-                file=path.name,
+                name=result.name,
+                file=graph.path.name,
                 precision=result.precision,
-                sha256=sha256_file(path),
+                sha256=sha256_file(graph.path),
                 external_data={
-                    name: sha256_file(work / name) for name in external.data_files(path)
+                    name: sha256_file(work / name) for name in external.data_files(graph.path)
                 },
-                fused_ops=fused_counts[result.precision],
+                fused_ops=graph.fused_ops,
                 validation=Validation(
                     min_cosine=result.min_cosine,
                     max_abs_err=result.max_abs_err,
                     tolerance=tolerance,
                     shapes=result.shapes,
                 ),
+                graph=graph.graph,
+                hosts=list(plain_cpus) if graph.graph is GraphForm.PLAIN else [],
             )
         )
     if Precision.FP32 not in plan.precisions:
-        for name in external.data_files(fp32):
-            (work / name).unlink()
-        fp32.unlink()
+        for graph in built:
+            if graph.precision is Precision.FP32:
+                for name in external.data_files(graph.path):
+                    (work / name).unlink()
+                graph.path.unlink()
         variants = [v for v in variants if v.precision is not Precision.FP32]
 
     for name in tokenizer_files:

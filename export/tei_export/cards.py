@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 
+from tei_runtime.host import CpuClass
 from tei_runtime.manifest import Pooling, Precision
 
 
@@ -30,6 +31,10 @@ class Fusion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     attention_unfused_reason: str | None = None
     """Set when this family's attention cannot be fused: why. Without it, an export whose graph
     holds no fused attention op fails."""
+    plain_graph_cpus: list[CpuClass] = msgspec.field(default_factory=list)
+    """CPU classes on which this family's plain traced graph (onnxruntime fusing it at load)
+    was measured faster than the offline-fused one: the artifact then carries fp32 and int8
+    variants from the plain graph for them. Unmeasured classes keep the fused graph."""
 
 
 class Tolerance(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -27,6 +27,7 @@ FUSED_OPS = (
     "Gelu",
     "MatMulInteger",
     "DynamicQuantizeMatMul",
+    "QuantizeLinear",  # static int8: one per quantized activation
 )
 
 

@@ -1,16 +1,23 @@
-"""fp16 and int8 variants derived from the fused fp32 graph."""
+"""fp16 and int8 variants derived from an fp32 graph (the fused one, or the plain one for the
+CPU classes a card names)."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+import numpy as np
+import numpy.typing as npt
 import onnx
 
+from tei_export import external, quantize, validate
+from tei_export.calibration import calibration_texts
 from tei_export.errors import ExportError
+from tei_export.plan import ExportPlan
+
+IntArray = npt.NDArray[np.int64]
 
 # Kept in fp32 inside the fp16 graph: reductions and exponentials that overflow or lose the
 # small differences embeddings are made of.
@@ -33,19 +40,6 @@ FP16_KEEP_FP32 = [
 ]
 
 
-@contextlib.contextmanager
-def _quiet_root_logger() -> Iterator[None]:
-    # onnxruntime.quantization logs type-inference chatter on the root logger; the validation
-    # step, not these messages, decides whether the variant is good.
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-
-
 def to_fp16(src: Path, dst: Path, *, external_data: bool) -> None:
     from onnxruntime.transformers.onnx_model import OnnxModel
 
@@ -57,59 +51,145 @@ def to_fp16(src: Path, dst: Path, *, external_data: bool) -> None:
     model.save_model_to_file(str(dst), use_external_data_format=external_data)
 
 
-def to_int8(src: Path, dst: Path, *, external_data: bool) -> None:
-    """Dynamic int8 for CPUs, chosen by measurement on all-MiniLM-L6-v2 (this project's 2-CPU
-    VM, which has VNNI; 133 mixed texts, min cosine against sentence-transformers, texts/s at
-    batch 32 against fp32's 92):
+# The int8 variant's bar on the calibration texts (min cosine of each text's vector against
+# the fp32 graph's) for keeping no more MatMuls fp32. all-MiniLM-L6-v2 reached 0.9816 with
+# every MatMul int8 and 0.9878 with the two most sensitive kept fp32 (0.9896 and 0.9934 on the
+# benchmark's mixed texts); its calibration texts are harder (eight scripts, code, emoji).
+INT8_CALIBRATION_TARGET = 0.985
+# Calibration texts are cut here: longer inputs add cost, not new ranges.
+MAX_CALIBRATION_LENGTH = 512
 
-    - QUInt8 weights, all ops: 0.976, 89/s (u8 x u8 has no fast kernel: no gain);
-    - QInt8 per-channel, MatMul only: 0.978, 147/s (u8 x s8 pairs saturate int16 sums);
-    - the same with reduce_range (7-bit weights, no saturation): 0.983, 149/s;
-    - and the first layer's FFN down-projection kept fp32: 0.986, 142/s;
-    - the first two layers' (this one): on the benchmark's 256 mixed texts against fp32, 0.988
-      instead of 0.982 at the same speed within the noise (228 vs 229 texts/s; the first three
-      0.991 at 209/s, all six 0.993 at 189/s). Those early down-projections see the widest
-      activations, and one per-tensor scale for the batch is what int8 loses on.
 
-    Attention stays fp32 (MatMul only): quantizing its fused QKV projection cost accuracy.
-    """
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+class Int8Result(msgspec.Struct, frozen=True, kw_only=True):
+    quantized: int
+    kept_fp32: list[str]
+    calibration_min_cosine: float
+    """Min cosine of the int8 graph's vectors against the fp32 graph's on the calibration
+    texts."""
 
-    keep_fp32 = early_down_projections(onnx.load(str(src), load_external_data=False))
-    try:
-        with _quiet_root_logger():
-            quantize_dynamic(
-                str(src),
-                str(dst),
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                reduce_range=True,
-                op_types_to_quantize=["MatMul"],
-                nodes_to_exclude=keep_fp32,
-                # Writes <dst>.data, the same name external.save uses.
-                use_external_data_format=external_data,
-                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+
+def _feed(plan: ExportPlan, ids: IntArray, type_ids: IntArray) -> dict[str, IntArray]:
+    by_name = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "token_type_ids": type_ids,
+        "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :],
+    }
+    return {name: by_name[name] for name in plan.inputs}
+
+
+def calibration_feeds(plan: ExportPlan, tokenizer_json: Path) -> list[dict[str, IntArray]]:
+    """Each calibration text as its own batch of one, tokenized by the model's tokenizer."""
+    from tei_runtime.tokenization import Tokenizer
+
+    tokenizer = Tokenizer(
+        tokenizer_json, max_input_length=min(plan.max_input_length, MAX_CALIBRATION_LENGTH)
+    )
+    return [
+        _feed(plan, np.array([enc.ids], np.int64), np.array([enc.type_ids], np.int64))
+        for enc in tokenizer.encode(
+            calibration_texts(), truncate=True, truncation_direction="right"
+        )
+    ]
+
+
+def random_id_feeds(plan: ExportPlan, vocab_size: int) -> list[dict[str, IntArray]]:
+    """The export validation's batches of random ids (its lengths, padding and seeds): the
+    int8 graph is scored on them too (not calibrated on them), because a model's activations
+    on long or random inputs can leave the ranges its calibration texts gave, and a reranker's
+    scores are compared across a batch there."""
+    from tei_export.reference import example_inputs
+
+    return [
+        {
+            name: tensor.numpy()
+            for name, tensor in zip(
+                plan.inputs,
+                example_inputs(plan, batch.lengths, vocab_size, padding_side=batch.padding_side),
+                strict=True,
             )
-    except (RuntimeError, ValueError) as e:
-        raise ExportError(f"int8 quantization failed: {e}") from e
+        }
+        for batch in validate.length_grid(plan)
+    ]
 
 
-INT8_FP32_DOWN_PROJECTIONS = 2
+def batch_vectors(output: npt.NDArray[np.float32], mask: IntArray) -> npt.NDArray[np.float32]:
+    """The vectors validation compares for one batch: token rows mean-pooled under the mask,
+    one score per row compared as one vector across the batch, other rows as they are."""
+    out = np.asarray(output, np.float32)
+    if out.ndim == 3:
+        weights = mask[..., None].astype(np.float32)
+        out = (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+    return out.reshape(1, -1) if out.shape[-1] == 1 else out
 
 
-def early_down_projections(
-    model: onnx.ModelProto, count: int = INT8_FP32_DOWN_PROJECTIONS
-) -> list[str]:
-    """Names of the first `count` MatMuls (in graph order) whose weight narrows its input
-    ([intermediate, hidden]: the FFN down-projections of the first layers)."""
-    shapes = {t.name: tuple(t.dims) for t in model.graph.initializer}
-    found: list[str] = []
-    for node in model.graph.node:
-        if len(found) == count:
-            break
-        if node.op_type != "MatMul" or len(node.input) < 2:
-            continue
-        dims = shapes.get(node.input[1])
-        if dims is not None and len(dims) == 2 and dims[0] > dims[1] * 2:
-            found.append(node.name)
-    return found
+def text_vectors(per_text: Sequence[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
+    """One vector per text from each text's (batch of one) output: token rows averaged,
+    pooled rows as they are; single scores are compared as one vector across texts."""
+    vectors = np.stack(
+        [np.asarray(o, np.float32).reshape(-1, o.shape[-1]).mean(axis=0) for o in per_text]
+    )
+    return vectors.reshape(1, -1) if vectors.shape[-1] == 1 else vectors
+
+
+def _min_cosine(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
+    num = (a * b).sum(axis=-1)
+    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+    return float((num / np.maximum(den, 1e-12)).min())
+
+
+def to_int8(
+    plan: ExportPlan,
+    tokenizer_json: Path,
+    src: Path,
+    dst: Path,
+    *,
+    vocab_size: int,
+    external_data: bool,
+) -> Int8Result:
+    """Static int8 (tei_export.quantize): activations calibrated on the calibration texts
+    with the model's own tokenizer, so a text's vector does not depend on its batch; the
+    most sensitive MatMuls by measured local error stay fp32 until the graph's vectors reach
+    INT8_CALIBRATION_TARGET against fp32, on the calibration texts and on random ids
+    (every MatMul fp32 at worst: a model int8 cannot carry stays exact rather than failing
+    its export; the export's log counts what was kept). Attention's
+    fused QKV projection (an Attention op, not a MatMul) stays fp32."""
+    import onnxruntime as ort
+
+    feeds = calibration_feeds(plan, tokenizer_json)
+    model = onnx.load(str(src))
+    sites = quantize.matmul_sites(model)
+    if not sites:
+        raise ExportError("int8: the graph has no MatMul with a constant weight to quantize")
+    calib = quantize.calibrate(src, sites, feeds)
+    output = list(plan.outputs)
+
+    def vectors(path: Path) -> list[npt.NDArray[np.float32]]:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        # The last output is the vector users get: pooled, logits or sparse, else tokens;
+        # one set of vectors for the calibration texts, one per validation batch.
+        texts = text_vectors([session.run(output, dict(feed))[-1] for feed in feeds])
+        return [texts] + [
+            batch_vectors(session.run(output, dict(feed))[-1], feed["attention_mask"])
+            for feed in random_feeds
+        ]
+
+    random_feeds = random_id_feeds(plan, vocab_size)
+    reference = vectors(src)
+
+    def score(kept: Sequence[str]) -> float:
+        candidate = quantize.to_qdq(model, sites, calib.plans, keep_fp32=kept)
+        external.save(candidate, dst, external=external_data)
+        return min(_min_cosine(a, b) for a, b in zip(vectors(dst), reference, strict=True))
+
+    ranked = quantize.sensitive_first(calib.errors)
+    kept, reached = quantize.choose_fp32(
+        ranked, score, target=INT8_CALIBRATION_TARGET, cap=len(ranked)
+    )
+    external.save(quantize.to_qdq(model, sites, calib.plans, keep_fp32=kept), dst,
+                  external=external_data)  # fmt: skip
+    return Int8Result(
+        quantized=len(sites) - len(kept), kept_fp32=kept, calibration_min_cosine=reached
+    )

@@ -38,7 +38,7 @@ class Progress:
             ops = ", ".join(f"{op} {n}" for op, n in sorted(v.fused_ops.items()))
             size_mb = (where / v.file).stat().st_size / 1e6
             table.add_row(
-                v.precision.value,
+                v.name,
                 f"{size_mb:.1f}",
                 ops,
                 f"{v.validation.min_cosine:.6f}",

@@ -23,6 +23,7 @@ MAX_VALIDATED_LENGTH = 1024
 
 
 class VariantFile(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
     precision: Precision
     path: str
 
@@ -36,6 +37,7 @@ class ValidationRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class VariantResult(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
     precision: Precision
     min_cosine: float
     max_abs_err: float
@@ -134,6 +136,7 @@ def _run(request: ValidationRequest) -> list[VariantResult]:
             errors.append(float(np.abs(got - reference).max()))
         results.append(
             VariantResult(
+                name=variant.name,
                 precision=variant.precision,
                 min_cosine=min(cosines),
                 max_abs_err=max(errors),

@@ -14,8 +14,10 @@ import msgspec
 
 from tei_runtime.artifact import open_artifact
 from tei_runtime.errors import TeiRuntimeError
-from tei_runtime.host import probe
+from tei_runtime.host import CpuClass, probe
 from tei_runtime.loader import plan
+from tei_runtime.manifest import Variant
+from tei_runtime.providers import graph_cpu_class
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--cache-dir", type=Path, default=None)
     return parser
+
+
+def variant_reason(variant: Variant, cpu: CpuClass) -> str:
+    if cpu in variant.hosts:
+        return f"the {variant.graph.value} graph, measured faster on {cpu.value} hosts"
+    return f"the {variant.precision.value} default ({variant.graph.value} graph)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,9 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["error"] = str(e)
             sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
             return 1
-        variant = artifact.manifest.variant(choice.precision)
+        variant = artifact.manifest.variant(choice.precision, graph_cpu_class(choice, host))
         report["choice"] = msgspec.to_builtins(choice)
-        report["variant"] = {"name": variant.name, "file": variant.file}
+        report["variant"] = {
+            "name": variant.name,
+            "file": variant.file,
+            "graph": variant.graph.value,
+            "cpu_class": host.cpu_class.value,
+            "why": variant_reason(variant, host.cpu_class),
+        }
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
     return 0
 

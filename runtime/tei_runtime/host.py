@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes.util
+import enum
 import importlib.metadata
 import math
 import os
@@ -18,6 +19,54 @@ from pathlib import Path
 import msgspec
 
 _TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-cu12", "tensorrt-cu12-libs", "tensorrt-libs")
+
+
+# The flags (/proc/cpuinfo) that decide which CPU graph runs fastest, or that operators ask
+# about when reading `--print-host`: vector width, fused multiply-add, int8 dot products.
+CPU_FEATURES = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_int8",
+    "asimd",
+    "asimddp",
+    "i8mm",
+)
+
+
+class CpuClass(enum.StrEnum):
+    """Host classes whose best CPU graph was measured separately (manifest variants name
+    them in `hosts`)."""
+
+    AVX512 = "avx512"
+    """x86 with AVX-512 (AVX512F and BW)."""
+    AVX2 = "avx2"
+    """x86 with AVX2 and FMA but no AVX-512 (many AMD EPYC and cloud CPUs)."""
+    OTHER = "other"
+    """Anything else: older x86, Arm, or a host whose flags could not be read."""
+
+
+def cpu_class(features: Sequence[str]) -> CpuClass:
+    have = set(features)
+    if {"avx512f", "avx512bw"} <= have:
+        return CpuClass.AVX512
+    if {"avx2", "fma"} <= have:
+        return CpuClass.AVX2
+    return CpuClass.OTHER
+
+
+def cpu_features(root: Path = Path("/")) -> tuple[str, ...]:
+    """CPU_FEATURES this host's first processor lists (x86 `flags`, Arm `Features`)."""
+    text = _read(root / "proc/cpuinfo") or ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            return tuple(f for f in CPU_FEATURES if f in flags)
+    return ()
 
 
 class Host(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +85,13 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     """CPUs this process may be scheduled on (sched_getaffinity)."""
     cgroup_cores: float | None = None
     """CPU quota of our cgroup (and its parents) in cores, None when unlimited."""
+    cpu_features: tuple[str, ...] = ()
+    """The CPU's instruction-set extensions that pick a graph (CPU_FEATURES), from
+    /proc/cpuinfo; empty where it cannot be read."""
+
+    @property
+    def cpu_class(self) -> CpuClass:
+        return cpu_class(self.cpu_features)
 
     @property
     def usable_cores(self) -> int:
@@ -187,4 +243,5 @@ def probe(root: Path = Path("/"), env: Mapping[str, str] | None = None) -> Host:
         cpu_count=os.cpu_count() or 1,
         affinity_cores=affinity_cores(),
         cgroup_cores=cgroup_cpu_limit(root),
+        cpu_features=cpu_features(root),
     )

@@ -8,8 +8,15 @@ from pathlib import Path
 from tei_runtime.artifact import Artifact, open_artifact, verify_tokenizer, verify_variant
 from tei_runtime.errors import ProviderError
 from tei_runtime.host import Host, probe
+from tei_runtime.manifest import Manifest, Precision
 from tei_runtime.model import Model
-from tei_runtime.providers import Device, Preference, ProviderChoice, choose
+from tei_runtime.providers import (
+    Device,
+    Preference,
+    ProviderChoice,
+    choose,
+    graph_cpu_class,
+)
 from tei_runtime.session import OrtBackend
 from tei_runtime.tokenization import Tokenizer
 
@@ -17,6 +24,16 @@ from tei_runtime.tokenization import Tokenizer
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "tei-onnx"
+
+
+def default_shas(manifest: Manifest) -> dict[Precision, str]:
+    """Each precision's default graph's sha256 (host-specific graphs only run on CPUs, and
+    the sha keys GPU engine caches)."""
+    shas: dict[Precision, str] = {}
+    for v in manifest.variants:
+        if v.precision not in shas or not v.hosts:
+            shas[v.precision] = v.sha256
+    return shas
 
 
 def plan(
@@ -40,7 +57,7 @@ def plan(
         Preference(
             device=device,
             dtype=dtype,
-            variants={v.precision: v.sha256 for v in manifest.variants},
+            variants=default_shas(manifest),
             cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
             max_batch_tokens=max_batch_tokens,
             max_input_length=manifest.max_input_length,
@@ -70,9 +87,10 @@ def load(
     `host` replaces the live probe (tests, or a caller that probed already).
     """
     artifact = open_artifact(artifact_dir)
+    resolved = host if host is not None else probe()
     choice = plan(
         artifact,
-        host if host is not None else probe(),
+        resolved,
         device=device,
         dtype=dtype,
         intra_op_threads=intra_op_threads,
@@ -80,7 +98,7 @@ def load(
         cache_dir=cache_dir,
     )
     manifest = artifact.manifest
-    variant = manifest.variant(choice.precision)
+    variant = manifest.variant(choice.precision, graph_cpu_class(choice, resolved))
     tokenizer = Tokenizer(verify_tokenizer(artifact), max_input_length=manifest.max_input_length)
     model_path = verify_variant(artifact, variant)
     if choice.device is Device.TENSORRT:

@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 
 from tei_runtime.errors import ManifestError
+from tei_runtime.host import CpuClass
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -35,6 +36,13 @@ class Precision(enum.StrEnum):
     FP32 = "fp32"
     FP16 = "fp16"
     INT8 = "int8"
+
+
+class GraphForm(enum.StrEnum):
+    FUSED = "fused"
+    """The transformer optimizer's fusions (Attention, SkipLayerNorm ...) applied offline."""
+    PLAIN = "plain"
+    """The graph as traced; onnxruntime applies its own fusions when it loads it."""
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -64,6 +72,10 @@ class Variant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     external_data: dict[str, str] = msgspec.field(default_factory=dict)
     """External-data files the graph loads (graphs over ~1.5 GB): file name -> sha256.
     Added by the runtime's owner; the runtime verifies each before loading the graph."""
+    graph: GraphForm = GraphForm.FUSED
+    hosts: list[CpuClass] = msgspec.field(default_factory=list)
+    """CPU classes on which this variant runs instead of its precision's default (measured
+    faster there); empty for the default, which every other host and every GPU runs."""
 
 
 class IoNames(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -151,12 +163,19 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """A generative reranker (a causal LM answering yes/no): how pairs become its prompt.
     Absent in every other artifact (and in artifacts written before it existed)."""
 
-    def variant(self, precision: Precision) -> Variant:
-        for v in self.variants:
-            if v.precision is precision:
-                return v
-        have = ", ".join(v.precision.value for v in self.variants)
-        raise ManifestError(f"artifact has no {precision.value} variant (it has: {have})")
+    def variant(self, precision: Precision, cpu: CpuClass | None = None) -> Variant:
+        """The variant of `precision` to run: the one measured best on CPU class `cpu` when
+        the artifact has one, else the precision's default (None: a GPU, always the default)."""
+        found = [v for v in self.variants if v.precision is precision]
+        if not found:
+            have = ", ".join(v.precision.value for v in self.variants)
+            raise ManifestError(f"artifact has no {precision.value} variant (it has: {have})")
+        if cpu is not None:
+            for v in found:
+                if cpu in v.hosts:
+                    return v
+        defaults = [v for v in found if not v.hosts]
+        return defaults[0] if defaults else found[0]
 
 
 class _VersionOnly(msgspec.Struct):
@@ -165,6 +184,13 @@ class _VersionOnly(msgspec.Struct):
 
 def encode_manifest(manifest: Manifest) -> bytes:
     fields = msgspec.to_builtins(manifest)
+    for variant in fields["variants"]:
+        # Defaults are left out, so an artifact with one graph per precision reads as before
+        # these fields existed (readers refuse unknown fields).
+        if variant["graph"] == GraphForm.FUSED.value:
+            del variant["graph"]
+        if not variant["hosts"]:
+            del variant["hosts"]
     if manifest.generative_rerank is None:
         # Every other artifact is written as before the field existed, so readers that
         # predate it (unknown fields are refused) still read them.

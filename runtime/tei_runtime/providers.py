@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from tei_runtime.errors import ProviderError
-from tei_runtime.host import Host
+from tei_runtime.host import CpuClass, Host
 from tei_runtime.manifest import Precision
 
 
@@ -394,3 +394,10 @@ def choose(host: Host, preference: Preference) -> ProviderChoice:
         device_id=device_id,
         notes=notes,
     )
+
+
+def graph_cpu_class(choice: ProviderChoice, host: Host) -> CpuClass | None:
+    """The CPU class whose measured graph a load should take: the host's on the CPU
+    provider, None (the precision's default graph) on GPUs and OpenVINO, which compile the
+    graph their own way."""
+    return host.cpu_class if choice.device is Device.CPU else None

@@ -13,6 +13,7 @@ import pytest
 
 from support.tiny_models import build_checkpoint
 from tei_runtime.errors import ManifestError
+from tei_runtime.host import Host
 from tei_runtime.manifest import read_manifest
 
 pytestmark = pytest.mark.slow
@@ -54,7 +55,7 @@ def test_external_data_export_matches_the_inline_one(
     assert all(not v.external_data for v in read_manifest(whole).variants)
 
     for variant in manifest.variants:
-        dtype = {"fp32": "float32", "fp16": "float16", "int8": "int8"}[variant.name]
+        dtype = {"fp32": "float32", "fp16": "float16", "int8": "int8"}[variant.precision.value]
         a = tei_runtime.load(whole, device="cpu", dtype=dtype).embed(TEXTS)
         b = tei_runtime.load(split, device="cpu", dtype=dtype).embed(TEXTS)
         np.testing.assert_allclose(a, b, atol=1e-6)
@@ -72,9 +73,10 @@ def test_changed_external_data_is_refused_and_bundles_carry_it(tmp_path: Path) -
         tei_runtime.load(art, device="cpu").embed(TEXTS),
         atol=0,
     )
+    # The fused graph's data: the one a host outside bert.toml's plain_graph_cpus loads.
     sidecar = art / "model.fp32.onnx.data"
     data = bytearray(sidecar.read_bytes())
     data[len(data) // 2] ^= 0xFF
     sidecar.write_bytes(bytes(data))
     with pytest.raises(ManifestError, match=r"model\.fp32\.onnx\.data"):
-        tei_runtime.load(art, device="cpu")
+        tei_runtime.load(art, device="cpu", host=Host(providers=("CPUExecutionProvider",)))

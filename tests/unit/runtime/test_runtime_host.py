@@ -94,3 +94,34 @@ def test_probe_on_this_host_has_cpu(tmp_path: Path) -> None:
     assert "CPUExecutionProvider" in h.providers
     assert h.usable_cores >= 1
     assert h.nvidia_gpus == () and h.amd_gpu is False
+
+
+EPYC_FLAGS = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2 sha_ni"
+XEON_FLAGS = "sse4_2 avx fma avx2 avx512f avx512dq avx512bw avx512_vnni amx_int8 avx_vnni"
+
+
+@pytest.mark.parametrize(
+    ("flags", "features", "cpu_class"),
+    [
+        (EPYC_FLAGS, ("avx2", "fma"), host_mod.CpuClass.AVX2),
+        (
+            XEON_FLAGS,
+            ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"),
+            host_mod.CpuClass.AVX512,
+        ),
+        ("fpu sse sse2 avx", (), host_mod.CpuClass.OTHER),
+    ],
+)
+def test_cpu_features_and_class_from_cpuinfo(
+    tmp_path: Path, flags: str, features: tuple[str, ...], cpu_class: host_mod.CpuClass
+) -> None:
+    _write(tmp_path, "proc/cpuinfo", f"processor\t: 0\nmodel name\t: X\nflags\t\t: {flags}\n")
+    assert host_mod.cpu_features(tmp_path) == features
+    assert Host(providers=(), cpu_features=features).cpu_class is cpu_class
+
+
+def test_arm_features_and_unreadable_cpuinfo(tmp_path: Path) -> None:
+    _write(tmp_path, "proc/cpuinfo", "processor\t: 0\nFeatures\t: fp asimd asimddp i8mm\n")
+    assert host_mod.cpu_features(tmp_path) == ("asimd", "asimddp", "i8mm")
+    assert Host(providers=(), cpu_features=("asimd",)).cpu_class is host_mod.CpuClass.OTHER
+    assert host_mod.cpu_features(tmp_path / "missing") == ()

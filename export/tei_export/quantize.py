@@ -1,0 +1,417 @@
+"""Static int8: calibrated activation ranges, per-channel weights, written as QDQ pairs.
+
+Every activation a quantized MatMul reads gets one fixed (scale, zero point), measured on
+the calibration texts at export time, so a row's int8 codes depend on that row alone: a
+text gets the same vector in any batch (dynamic quantization picks one scale per forward
+from the whole batch tensor, so neighbours moved it). onnxruntime fuses each
+DequantizeLinear -> MatMul pair into an integer GEMM at load time (MatMulIntegerToFloat on
+CPU), u8 activations times s8 weights.
+
+Which MatMuls stay fp32 is measured, not listed: each MatMul's local error (its int8 output
+against its fp32 output on the calibration activations) ranks them, and the most sensitive
+are kept fp32 one step at a time until the whole graph's vectors reach the target on the
+calibration texts.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FloatArray = npt.NDArray[np.float32]
+Feeds = Mapping[str, npt.NDArray[np.int64]]
+
+# Activations are u8 (0..255); weights s8 per output channel, symmetric. Reduced range (7-bit
+# weights, -64..63) keeps u8 x s8 pair sums inside int16 on AVX2 hosts without VNNI
+# (vpmaddubsw saturates there); VNNI hosts lose a bit of resolution for it and nothing else.
+WEIGHT_MAX_REDUCED = 63
+WEIGHT_MAX_FULL = 127
+
+
+class MatMulSite(msgspec.Struct, frozen=True, kw_only=True):
+    """A MatMul whose second input is a 2-D constant weight: what static int8 quantizes."""
+
+    node: str
+    activation: str
+    weight: str
+
+
+@dataclass(frozen=True)
+class ChannelStats:
+    """Per input channel (last axis) minimum and maximum of an activation over the
+    calibration texts."""
+
+    low: FloatArray
+    high: FloatArray
+
+
+class ActivationQuant(msgspec.Struct, frozen=True, kw_only=True):
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class ActivationPlan:
+    """How one activation is quantized: divided per channel by `smooth` (folded into the
+    weights that read it), then u8 with one scale and zero point."""
+
+    smooth: FloatArray
+    quant: ActivationQuant
+
+
+def matmul_sites(model: onnx.ModelProto) -> list[MatMulSite]:
+    weights = {t.name for t in model.graph.initializer if len(t.dims) == 2}
+    sites: list[MatMulSite] = []
+    for node in model.graph.node:
+        if (
+            node.op_type == "MatMul"
+            and node.domain in ("", "ai.onnx")
+            and len(node.input) == 2
+            and node.input[1] in weights
+            and node.input[0] not in weights
+        ):
+            sites.append(MatMulSite(node=node.name, activation=node.input[0], weight=node.input[1]))
+    return sites
+
+
+def activation_quant(low: float, high: float) -> ActivationQuant:
+    """u8 asymmetric over [low, high], widened to hold 0 exactly (padding, GELU's zeros)."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    if high - low < 1e-8:
+        return ActivationQuant(scale=1.0, zero_point=0)
+    scale = float(np.float32((high - low) / 255.0))
+    zero_point = int(min(255, max(0, round(-low / scale))))
+    return ActivationQuant(scale=scale, zero_point=zero_point)
+
+
+def smoothing(stats: ChannelStats, weights: Sequence[FloatArray], alpha: float) -> FloatArray:
+    """SmoothQuant's per-channel divisor: a few channels of a transformer's activations run
+    10-100x wider than the rest, and one per-tensor scale sized for them leaves the rest a
+    handful of levels. Dividing channel j by s_j = amax(x_j)^alpha / amax(w_j)^(1-alpha) and
+    multiplying row j of the weight by it moves that spread into the per-channel weight
+    scales, where it costs little."""
+    if alpha <= 0:
+        return np.ones(stats.low.shape, np.float32)
+    act = np.maximum(np.abs(stats.low), np.abs(stats.high))
+    wmax = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
+    s = np.power(np.maximum(act, 1e-5), alpha) / np.power(np.maximum(wmax, 1e-5), 1 - alpha)
+    clipped: FloatArray = np.clip(s, 1e-2, 1e2).astype(np.float32)
+    return clipped
+
+
+def activation_plan(
+    stats: ChannelStats, weights: Sequence[FloatArray], alpha: float
+) -> ActivationPlan:
+    smooth = smoothing(stats, weights, alpha)
+    low = float((stats.low / smooth).min())
+    high = float((stats.high / smooth).max())
+    return ActivationPlan(smooth=smooth, quant=activation_quant(low, high))
+
+
+def quantize_weight(
+    weight: FloatArray, *, reduce_range: bool
+) -> tuple[npt.NDArray[np.int8], FloatArray]:
+    """Symmetric s8 per output column of a [in, out] MatMul weight: (codes, scales)."""
+    limit = WEIGHT_MAX_REDUCED if reduce_range else WEIGHT_MAX_FULL
+    peak = np.abs(weight).max(axis=0)
+    scales = np.where(peak > 0, peak / limit, 1.0).astype(np.float32)
+    codes = np.clip(np.rint(weight / scales), -limit, limit).astype(np.int8)
+    return codes, scales
+
+
+def fake_quant_activation(x: FloatArray, q: ActivationQuant) -> FloatArray:
+    codes = np.clip(np.rint(x / q.scale) + q.zero_point, 0, 255)
+    values: FloatArray = ((codes - q.zero_point) * q.scale).astype(np.float32)
+    return values
+
+
+def with_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of the graph that also outputs the named intermediate tensors (fp32)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    have = {o.name for o in copy.graph.output}
+    for name in names:
+        if name not in have:
+            copy.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+            have.add(name)
+    return copy
+
+
+class _Runner:
+    """An onnxruntime session over a graph that also outputs the given activations, saved
+    beside the source graph so that external data references resolve; basic optimizations
+    only, so the tensors are the graph's own."""
+
+    def __init__(self, src: Path, names: Sequence[str]) -> None:
+        import onnxruntime as ort
+
+        model = with_outputs(onnx.load(str(src), load_external_data=False), names)
+        with tempfile.NamedTemporaryFile(dir=src.parent, suffix=".onnx", delete=False) as f:
+            path = Path(f.name)
+        try:
+            onnx.save(model, str(path))
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            self._session = ort.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"]
+            )
+        finally:
+            path.unlink()
+        self._names = list(names)
+
+    def run(self, feed: Feeds) -> dict[str, FloatArray]:
+        values = self._session.run(self._names, dict(feed))
+        return {n: np.asarray(v, np.float32) for n, v in zip(self._names, values, strict=True)}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    plans: dict[str, ActivationPlan]
+    """Activation name -> how it is quantized."""
+    errors: dict[str, float]
+    """MatMul node -> its local error: the mean square of (int8 output - fp32 output) over
+    the mean square of the fp32 output, on the calibration texts."""
+
+
+def weights_of(model: onnx.ModelProto, sites: Sequence[MatMulSite]) -> dict[str, FloatArray]:
+    wanted = {s.weight for s in sites}
+    return {
+        t.name: numpy_helper.to_array(t).astype(np.float32)
+        for t in model.graph.initializer
+        if t.name in wanted
+    }
+
+
+# SmoothQuant strengths tried per activation; the one with the least local error wins
+# (0: no smoothing; FFN down-projections of all-MiniLM-L6-v2 lose with it, up-projections gain).
+SMOOTHING_STRENGTHS = (0.0, 0.25, 0.5, 0.75)
+# Token rows per calibration text on which local errors are measured, evenly spaced and as
+# many again of the widest (the rare tokens with outsized activations decide which MatMuls
+# lose most): enough for a stable ranking, few enough that a 0.6B decoder's fit in memory.
+SAMPLED_ROWS_PER_TEXT = 8
+
+
+def sampled_rows(flat: FloatArray) -> npt.NDArray[np.intp]:
+    spread = np.linspace(0, len(flat) - 1, SAMPLED_ROWS_PER_TEXT).astype(np.intp)
+    widest = np.argsort(np.abs(flat).max(axis=1))[-SAMPLED_ROWS_PER_TEXT:]
+    return np.unique(np.concatenate([spread, widest]))
+
+
+def calibrate(
+    src: Path,
+    sites: Sequence[MatMulSite],
+    feeds: Sequence[Feeds],
+    *,
+    strengths: Sequence[float] = SMOOTHING_STRENGTHS,
+    reduce_range: bool = True,
+) -> Calibration:
+    """Two passes of the fp32 graph over the calibration feeds. The first: each activation's
+    channel ranges and a few of its rows per text, on which every smoothing strength is
+    tried (each activation keeps the one its readers lose least at). The second: each
+    MatMul's local error over every row, with the chosen quantization."""
+    activations = sorted({s.activation for s in sites})
+    runner = _Runner(src, activations)
+    low: dict[str, FloatArray] = {}
+    high: dict[str, FloatArray] = {}
+    samples: dict[str, list[FloatArray]] = {name: [] for name in activations}
+    for feed in feeds:
+        for name, value in runner.run(feed).items():
+            flat = value.reshape(-1, value.shape[-1])
+            lo, hi = flat.min(axis=0), flat.max(axis=0)
+            low[name] = np.minimum(low[name], lo) if name in low else lo
+            high[name] = np.maximum(high[name], hi) if name in high else hi
+            samples[name].append(flat[sampled_rows(flat)])
+    sampled = {name: np.concatenate(rows) for name, rows in samples.items()}
+    del samples
+    weights = weights_of(onnx.load(str(src)), sites)
+    readers: dict[str, list[MatMulSite]] = {}
+    for site in sites:
+        readers.setdefault(site.activation, []).append(site)
+    candidates: dict[tuple[str, float], ActivationPlan] = {}
+    deq: dict[tuple[str, float], FloatArray] = {}
+    for name in activations:
+        stats = ChannelStats(low=low[name], high=high[name])
+        for alpha in strengths:
+            plan = activation_plan(stats, [weights[r.weight] for r in readers[name]], alpha)
+            candidates[name, alpha] = plan
+            for site in readers[name]:
+                codes, scales = quantize_weight(
+                    weights[site.weight] * plan.smooth[:, None], reduce_range=reduce_range
+                )
+                deq[site.node, alpha] = codes.astype(np.float32) * scales
+    noise: dict[tuple[str, float], float] = {}
+    signal: dict[str, float] = {}
+    for site in sites:
+        x = sampled[site.activation]
+        exact = x @ weights[site.weight]
+        signal[site.node] = float(np.square(exact).sum())
+        for alpha in strengths:
+            plan = candidates[site.activation, alpha]
+            approx = fake_quant_activation(x / plan.smooth, plan.quant) @ deq[site.node, alpha]
+            noise[site.node, alpha] = float(np.square(approx - exact).sum())
+    plans: dict[str, ActivationPlan] = {}
+    chosen: dict[str, float] = {}
+    for name in activations:
+        def sampled_error(alpha: float, name: str = name) -> float:
+            return sum(
+                noise[r.node, alpha] / max(signal[r.node], 1e-30) for r in readers[name]
+            )
+
+        chosen[name] = min(strengths, key=sampled_error)
+        plans[name] = candidates[name, chosen[name]]
+    # The ranking needs every row: the MatMuls that lose most do so on a few tokens.
+    full_noise = dict.fromkeys((s.node for s in sites), 0.0)
+    full_signal = dict.fromkeys((s.node for s in sites), 0.0)
+    for feed in feeds:
+        values = runner.run(feed)
+        for site in sites:
+            plan = plans[site.activation]
+            x = values[site.activation].reshape(-1, plan.smooth.shape[0])
+            exact = x @ weights[site.weight]
+            approx = (
+                fake_quant_activation(x / plan.smooth, plan.quant)
+                @ deq[site.node, chosen[site.activation]]
+            )
+            full_noise[site.node] += float(np.square(approx - exact).sum())
+            full_signal[site.node] += float(np.square(exact).sum())
+    errors = {n: full_noise[n] / max(full_signal[n], 1e-30) for n in full_noise}
+    return Calibration(plans=plans, errors=errors)
+
+
+def to_qdq(
+    model: onnx.ModelProto,
+    sites: Sequence[MatMulSite],
+    plans: Mapping[str, ActivationPlan],
+    *,
+    keep_fp32: Iterable[str] = (),
+    reduce_range: bool = True,
+) -> onnx.ModelProto:
+    """A copy of `model` with every site not in `keep_fp32` reading a QDQ'd activation
+    (smoothed first where its plan says) and a QDQ'd per-channel weight. A float weight
+    stays only where something else still reads it."""
+    keep = set(keep_fp32)
+    chosen = {s.node: s for s in sites if s.node not in keep}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    inits = {t.name: t for t in graph.initializer}
+    quantized_act: dict[str, str] = {}
+    new_inits: list[TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        site = chosen.get(node.name)
+        if site is None or node.op_type != "MatMul":
+            nodes.append(node)
+            continue
+        prefix = f"{node.name}_qdq"
+        act = site.activation
+        plan = plans[act]
+        smoothed = not np.all(plan.smooth == 1.0)
+        scale, zp = f"{act}_act_scale", f"{act}_act_zp"
+        if act not in quantized_act:
+            source = act
+            if smoothed:
+                inverse = f"{act}_smooth_inverse"
+                new_inits.append(
+                    numpy_helper.from_array((1.0 / plan.smooth).astype(np.float32), inverse)
+                )
+                source = f"{act}_smoothed"
+                nodes.append(
+                    helper.make_node("Mul", [act, inverse], [source], name=f"{act}_smooth")
+                )
+            new_inits += [
+                numpy_helper.from_array(np.array(plan.quant.scale, np.float32), scale),
+                numpy_helper.from_array(np.array(plan.quant.zero_point, np.uint8), zp),
+            ]
+            codes_name = f"{act}_act_u8"
+            nodes.append(
+                helper.make_node(
+                    "QuantizeLinear", [source, scale, zp], [codes_name], name=f"{act}_quantize"
+                )
+            )
+            quantized_act[act] = codes_name
+        deq_act = f"{prefix}_act"
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [quantized_act[act], scale, zp],
+                [deq_act],
+                name=f"{prefix}_dequantize_act",
+            )
+        )
+        weight = numpy_helper.to_array(inits[site.weight]).astype(np.float32)
+        codes, scales = quantize_weight(weight * plan.smooth[:, None], reduce_range=reduce_range)
+        w_codes, w_scale, w_zp = f"{prefix}_w_s8", f"{prefix}_w_scale", f"{prefix}_w_zp"
+        new_inits += [
+            numpy_helper.from_array(codes, w_codes),
+            numpy_helper.from_array(scales, w_scale),
+            numpy_helper.from_array(np.zeros(scales.shape, np.int8), w_zp),
+        ]
+        deq_w = f"{prefix}_w"
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [w_codes, w_scale, w_zp],
+                [deq_w],
+                name=f"{prefix}_dequantize_w",
+                axis=1,
+            )
+        )
+        rewired = onnx.NodeProto()
+        rewired.CopyFrom(node)
+        rewired.input[0] = deq_act
+        rewired.input[1] = deq_w
+        nodes.append(rewired)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(new_inits)
+    read = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
+    unused = [t for t in graph.initializer if t.name not in read]
+    for t in unused:
+        graph.initializer.remove(t)
+    return out
+
+
+def sensitive_first(errors: Mapping[str, float]) -> list[str]:
+    return sorted(errors, key=lambda name: errors[name], reverse=True)
+
+
+def fp32_steps(count: int, cap: int) -> list[int]:
+    """How many of the most sensitive MatMuls to try keeping fp32: 0, 1, 2, 4, ... up to cap."""
+    steps = [0]
+    k = 1
+    while k <= cap:
+        steps.append(k)
+        k *= 2
+    if steps[-1] != cap and cap <= count:
+        steps.append(cap)
+    return steps
+
+
+def choose_fp32(
+    ranked: Sequence[str],
+    score: Callable[[Sequence[str]], float],
+    *,
+    target: float,
+    cap: int,
+) -> tuple[list[str], float]:
+    """The fewest of the most sensitive MatMuls to keep fp32 (trying 0, 1, 2, 4 ... cap) for
+    `score(kept)` (a min cosine) to reach `target`; past the cap, the best score tried."""
+    best: tuple[list[str], float] | None = None
+    for k in fp32_steps(len(ranked), min(cap, len(ranked))):
+        kept = list(ranked[:k])
+        got = score(kept)
+        if got >= target:
+            return kept, got
+        if best is None or got > best[1]:
+            best = (kept, got)
+    assert best is not None
+    return best

@@ -1,0 +1,158 @@
+"""Static int8 (tei_export.quantize) on small hand-built graphs: which MatMuls are sites, the
+QDQ rewrite, batch invariance through onnxruntime, smoothing, and the fp32-keeping rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tei_export import quantize as q
+
+HIDDEN, WIDE = 16, 48
+
+
+def _graph(seed: int = 0, outlier: float = 1.0) -> onnx.ModelProto:
+    """x [b, s, 16] -> MatMul W1 [16, 48] -> Relu -> MatMul W2 [48, 16] -> Add x -> y.
+    Channel 3 of x is scaled by `outlier` inside the graph (a transformer's wide channel)."""
+    rng = np.random.default_rng(seed)
+    gain = np.ones(HIDDEN, np.float32)
+    gain[3] = outlier
+    inits = [
+        numpy_helper.from_array(gain, "gain"),
+        numpy_helper.from_array(rng.normal(size=(HIDDEN, WIDE)).astype(np.float32) / 4, "w1"),
+        numpy_helper.from_array(rng.normal(size=(WIDE, HIDDEN)).astype(np.float32) / 7, "w2"),
+        numpy_helper.from_array(rng.normal(size=(HIDDEN,)).astype(np.float32), "bias"),
+    ]
+    nodes = [
+        helper.make_node("Mul", ["x", "gain"], ["xg"], name="gain"),
+        helper.make_node("MatMul", ["xg", "w1"], ["h"], name="up"),
+        helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+        helper.make_node("MatMul", ["hr", "w2"], ["d"], name="down"),
+        helper.make_node("Add", ["d", "xg"], ["y"], name="residual"),
+        helper.make_node("Add", ["y", "bias"], ["out"], name="bias_add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", HIDDEN])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["b", "s", HIDDEN])],
+        inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(n: int = 12, seed: int = 1) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [
+        {"x": rng.normal(size=(1, int(rng.integers(3, 20)), HIDDEN)).astype(np.float32)}
+        for _ in range(n)
+    ]
+
+
+def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(["out"], {"x": x})[0])
+
+
+def _calibrated(tmp_path: Path, outlier: float = 1.0) -> tuple[onnx.ModelProto, q.Calibration]:
+    model = _graph(outlier=outlier)
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    sites = q.matmul_sites(model)
+    return model, q.calibrate(tmp_path / "g.onnx", sites, _feeds())
+
+
+def test_sites_are_matmuls_with_a_constant_2d_weight() -> None:
+    sites = q.matmul_sites(_graph())
+    assert [(s.node, s.activation, s.weight) for s in sites] == [
+        ("up", "xg", "w1"),
+        ("down", "hr", "w2"),
+    ]
+
+
+def test_activation_range_holds_zero_exactly() -> None:
+    for low, high in ((-1.0, 3.0), (0.5, 2.0), (-4.0, -1.0)):
+        aq = q.activation_quant(low, high)
+        assert 0 <= aq.zero_point <= 255
+        zero = q.fake_quant_activation(np.zeros(1, np.float32), aq)
+        assert zero[0] == 0.0
+        edges = q.fake_quant_activation(np.array([low, high], np.float32), aq)
+        np.testing.assert_allclose(edges, [low, high], atol=aq.scale)
+
+
+def test_weights_are_per_channel_and_reduced_range_stays_in_7_bits() -> None:
+    w = np.random.default_rng(0).normal(size=(8, 5)).astype(np.float32) * np.arange(1, 6)
+    codes, scales = q.quantize_weight(w, reduce_range=True)
+    assert codes.dtype == np.int8
+    assert np.abs(codes).max() == q.WEIGHT_MAX_REDUCED
+    assert scales.shape == (5,)
+    np.testing.assert_allclose(codes * scales, w, atol=float(scales.max()) / 2 + 1e-7)
+    full, _ = q.quantize_weight(w, reduce_range=False)
+    assert np.abs(full).max() == q.WEIGHT_MAX_FULL
+
+
+def test_qdq_graph_is_close_and_kept_matmuls_stay_fp32(tmp_path: Path) -> None:
+    model, calib = _calibrated(tmp_path)
+    sites = q.matmul_sites(model)
+    x = _feeds(1, seed=9)[0]["x"]
+    exact = _run(model, x)
+    both = q.to_qdq(model, sites, calib.plans)
+    got = _run(both, x)
+    cos = (got * exact).sum() / np.linalg.norm(got) / np.linalg.norm(exact)
+    assert 0.995 < cos < 1.0  # quantized: close, not identical
+    ops = [n.op_type for n in both.graph.node]
+    assert ops.count("QuantizeLinear") == 2
+    assert ops.count("DequantizeLinear") == 4
+    assert {t.name for t in both.graph.initializer}.isdisjoint({"w1", "w2"})
+    kept = q.to_qdq(model, sites, calib.plans, keep_fp32=["down"])
+    assert [n.op_type for n in kept.graph.node].count("QuantizeLinear") == 1
+    assert "w2" in {t.name for t in kept.graph.initializer}
+    assert "w1" not in {t.name for t in kept.graph.initializer}
+
+
+def test_a_row_gets_the_same_int8_output_in_any_batch(tmp_path: Path) -> None:
+    model, calib = _calibrated(tmp_path)
+    int8 = q.to_qdq(model, q.matmul_sites(model), calib.plans)
+    rng = np.random.default_rng(5)
+    alone = rng.normal(size=(1, 6, HIDDEN)).astype(np.float32)
+    neighbours = rng.normal(size=(3, 6, HIDDEN)).astype(np.float32) * 5  # far wider values
+    batch = np.concatenate([neighbours[:1], alone, neighbours[1:]])
+    assert np.abs(_run(int8, batch)[1] - _run(int8, alone)[0]).max() <= 1e-6
+
+
+def test_smoothing_is_chosen_where_it_lowers_the_error(tmp_path: Path) -> None:
+    flat = q.smoothing(
+        q.ChannelStats(low=-np.ones(4, np.float32), high=np.ones(4, np.float32)),
+        [np.ones((4, 2), np.float32)],
+        0.0,
+    )
+    np.testing.assert_array_equal(flat, np.ones(4, np.float32))
+    _, plain = _calibrated(tmp_path, outlier=1.0)
+    _, wide = _calibrated(tmp_path, outlier=60.0)
+    # One wide channel: one per-tensor scale would leave the rest a few levels, so the
+    # up-projection's input is smoothed, and its error stays near the plain graph's.
+    assert not np.all(wide.plans["xg"].smooth == 1.0)
+    assert wide.errors["up"] < 5 * plain.errors["up"]
+    assert set(wide.errors) == {"up", "down"}
+
+
+def test_choose_fp32_keeps_the_fewest_that_reach_the_target() -> None:
+    ranked = ["a", "b", "c", "d", "e"]
+    gains = {"a": 0.004, "b": 0.003, "c": 0.001, "d": 0.0005, "e": 0.0001}
+    tried: list[int] = []
+
+    def score(kept: list[str] | tuple[str, ...]) -> float:
+        tried.append(len(kept))
+        return 0.98 + sum(gains[k] for k in kept)
+
+    kept, got = q.choose_fp32(ranked, score, target=0.9865, cap=4)
+    assert kept == ["a", "b"]
+    assert got == pytest.approx(0.987)
+    assert tried == [0, 1, 2]
+    kept, got = q.choose_fp32(ranked, score, target=0.999, cap=3)
+    assert kept == ["a", "b", "c"]  # the best tried; the export's validation then decides
+    assert q.fp32_steps(18, 3) == [0, 1, 2, 3]
+    assert q.fp32_steps(40, 6) == [0, 1, 2, 4, 6]

@@ -1,0 +1,109 @@
+"""Which graph of a precision runs: the one measured faster on the host's CPU class, else
+the precision's default; GPUs and OpenVINO always take the default."""
+
+from __future__ import annotations
+
+import shutil
+
+import msgspec
+import pytest
+from rt_artifacts import ArtifactFactory, Built
+
+import tei_runtime
+from tei_runtime.__main__ import variant_reason
+from tei_runtime.checksum import sha256_file
+from tei_runtime.host import CpuClass, Host
+from tei_runtime.loader import default_shas
+from tei_runtime.manifest import (
+    GraphForm,
+    Precision,
+    decode_manifest,
+    encode_manifest,
+    read_manifest,
+)
+
+EPYC = ("avx2", "fma")
+XEON = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni")
+
+
+def cpu_host(features: tuple[str, ...]) -> Host:
+    return Host(providers=("CPUExecutionProvider",), cpu_features=features)
+
+
+def with_plain_fp32(built: Built) -> Built:
+    """The artifact plus a second fp32 graph (a copy, so outputs agree) for AVX2 hosts."""
+    shutil.copy(built.root / "model.fp32.onnx", built.root / "model.fp32.plain.onnx")
+    default = built.manifest.variant(Precision.FP32)
+    plain = msgspec.structs.replace(
+        default,
+        name="fp32-plain",
+        file="model.fp32.plain.onnx",
+        sha256=sha256_file(built.root / "model.fp32.plain.onnx"),
+        graph=GraphForm.PLAIN,
+        hosts=[CpuClass.AVX2],
+    )
+    manifest = msgspec.structs.replace(built.manifest, variants=[*built.manifest.variants, plain])
+    (built.root / "manifest.json").write_bytes(encode_manifest(manifest))
+    return Built(root=built.root, spec=built.spec, weights=built.weights, manifest=manifest)
+
+
+@pytest.mark.parametrize(
+    ("features", "file"),
+    [(EPYC, "model.fp32.plain.onnx"), (XEON, "model.fp32.onnx"), ((), "model.fp32.onnx")],
+)
+def test_cpu_load_takes_the_graph_measured_for_its_class(
+    make_artifact: ArtifactFactory, features: tuple[str, ...], file: str
+) -> None:
+    built = with_plain_fp32(make_artifact())
+    model = tei_runtime.load(built.root, device="cpu", host=cpu_host(features))
+    assert model.variant.file == file
+    assert model.embed(["hello world"]).shape == (1, 8)
+
+
+def test_only_the_chosen_graph_is_verified(make_artifact: ArtifactFactory) -> None:
+    built = with_plain_fp32(make_artifact())
+    (built.root / "model.fp32.onnx").write_bytes(b"tampered")
+    model = tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC))
+    assert model.variant.graph is GraphForm.PLAIN
+    with pytest.raises(tei_runtime.ManifestError, match=r"model\.fp32\.onnx"):
+        tei_runtime.load(built.root, device="cpu", host=cpu_host(XEON))
+
+
+def test_gpu_and_openvino_take_the_default_and_key_caches_by_it(
+    make_artifact: ArtifactFactory,
+) -> None:
+    built = with_plain_fp32(make_artifact(precisions=(Precision.FP32, Precision.INT8)))
+    manifest = read_manifest(built.root)
+    assert manifest.variant(Precision.FP32, None).graph is GraphForm.FUSED
+    assert manifest.variant(Precision.FP32, CpuClass.AVX2).graph is GraphForm.PLAIN
+    # int8 has one graph: every class gets it.
+    assert manifest.variant(Precision.INT8, CpuClass.AVX2).file == "model.int8.onnx"
+    assert default_shas(manifest)[Precision.FP32] == manifest.variant(Precision.FP32).sha256
+
+
+def test_manifest_leaves_out_default_graph_fields(make_artifact: ArtifactFactory) -> None:
+    plain = make_artifact()
+    text = (plain.root / "manifest.json").read_text()
+    assert '"graph"' not in text
+    assert '"hosts"' not in text
+    both = with_plain_fp32(make_artifact())
+    data = (both.root / "manifest.json").read_bytes()
+    assert b'"hosts": [\n        "avx2"\n      ]' in data
+    assert decode_manifest(data) == both.manifest
+
+
+def test_print_host_reason() -> None:
+    built_variant = msgspec.structs.replace(
+        _variant(), graph=GraphForm.PLAIN, hosts=[CpuClass.AVX2]
+    )
+    assert "measured faster on avx2" in variant_reason(built_variant, CpuClass.AVX2)
+    assert "default" in variant_reason(_variant(), CpuClass.AVX512)
+
+
+def _variant() -> tei_runtime.manifest.Variant:
+    from tei_runtime.manifest import Validation, Variant
+
+    return Variant(
+        name="fp32", file="model.fp32.onnx", precision=Precision.FP32, sha256="0" * 64,
+        fused_ops={}, validation=Validation(min_cosine=1, max_abs_err=0, tolerance=1, shapes=[]),
+    )
