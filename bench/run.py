@@ -157,6 +157,20 @@ def _artifact(given: Path | None, checkpoint: Path, cache: Path, dtypes: list[st
     return art
 
 
+def _venv_versions(venv: Path, dists: tuple[str, ...]) -> list[str] | None:
+    """The versions of `dists` installed in a peer's own venv; None when it is not built."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return None
+    probe = (
+        "from importlib.metadata import version as v; print("
+        + ", ".join(f"v({d!r})" for d in dists)
+        + ")"
+    )
+    got = subprocess.run([str(python), "-c", probe], capture_output=True, text=True).stdout.split()
+    return got if len(got) == len(dists) else None
+
+
 def _versions() -> dict[str, str]:
     out = {}
     for dist in ("onnxruntime", "onnxruntime-gpu", "torch", "sentence-transformers", "numpy"):
@@ -164,24 +178,15 @@ def _versions() -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    fe = FASTEMBED_VENV / "bin" / "python"
-    if fe.exists():
-        got = subprocess.run(
-            [str(fe), "-c", "from importlib.metadata import version as v;"
-             "print(v('fastembed'), v('onnxruntime'))"],
-            capture_output=True, text=True,
-        ).stdout.split()  # fmt: skip
-        if len(got) == 2:
-            out["fastembed (its venv: onnxruntime)"] = f"{got[0]} ({got[1]})"
-    inf = servers.INFINITY_VENV / "bin" / "python"
-    if inf.exists():
-        got = subprocess.run(
-            [str(inf), "-c", "from importlib.metadata import version as v;"
-             "print(v('infinity-emb'), v('onnxruntime'), v('torch'))"],
-            capture_output=True, text=True,
-        ).stdout.split()  # fmt: skip
-        if len(got) == 3:
-            out["infinity-emb (its venv: onnxruntime, torch)"] = f"{got[0]} ({got[1]}, {got[2]})"
+    for venv, dists in (
+        (FASTEMBED_VENV, ("fastembed", "onnxruntime")),
+        (servers.INFINITY_VENV, ("infinity-emb", "onnxruntime", "torch")),
+    ):
+        got = _venv_versions(venv, dists)
+        if got is not None:
+            out[f"{dists[0]} (its venv: {', '.join(dists[1:])})"] = (
+                f"{got[0]} ({', '.join(got[1:])})"
+            )
     return out
 
 
