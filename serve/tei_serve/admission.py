@@ -1,8 +1,10 @@
 """Admission, tokenization and queueing of one request's inputs.
 
-Admission: `max_concurrent_requests` permits, one per input, taken without waiting; when a
-request cannot take all of its permits it is answered 429 at once (TEI's `try_acquire`). The
-permits are held through tokenization, queue and inference.
+Admission: `max_concurrent_requests` permits, one per input, held through tokenization, queue
+and inference. A request that cannot take all of its permits is answered 429 at once (TEI's
+`try_acquire` on its HTTP routes and unary RPCs). A gRPC stream's messages wait for theirs
+instead, first come first served, as TEI's streams do (`acquire_permit().await`): the stream
+front-end marks them with `waiting_for_permits()`.
 
 Tokenization runs on a pool of `tokenization_workers` threads, off the event loop, before the
 entries are queued, so the token-budget queue holds token counts it can pack by.
@@ -11,12 +13,15 @@ entries are queued, so the token-budget queue holds token counts it can pack by.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tei_runtime import errors as rt_errors
 from tei_runtime.backend import Output
@@ -43,21 +48,84 @@ class Tally:
 
 
 class Permits:
-    """A counting semaphore that never waits."""
+    """A counting semaphore: `acquire(n)` takes n permits at once, or fails, or waits.
+
+    Waiters are served in arrival order, and permits freed go to them before anyone who does
+    not wait: a stream message queued for permits is not starved by a flow of HTTP requests
+    (those get 429 while anyone waits, as under TEI's fair semaphore)."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.available = total
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
-    @contextmanager
-    def take(self, n: int) -> Iterator[None]:
-        if n > self.available:
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _, f in self._waiters if not f.done())
+
+    def _grant(self) -> None:
+        while self._waiters:
+            need, granted = self._waiters[0]
+            if granted.done():  # its caller left while waiting
+                self._waiters.popleft()
+                continue
+            if need > self.available:
+                return
+            self._waiters.popleft()
+            self.available -= need
+            granted.set_result(None)
+
+    def _release(self, n: int) -> None:
+        self.available += n
+        self._grant()
+
+    async def _wait_for(self, n: int) -> None:
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, granted))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():  # granted, then cancelled
+                self._release(n)
+            else:  # a smaller request behind it may fit now
+                granted.cancel()
+                self._grant()
+            raise
+
+    @asynccontextmanager
+    async def acquire(self, n: int, *, wait: bool = False) -> AsyncIterator[None]:
+        """Hold n permits for the block; without `wait`, none free is `OverloadedError`.
+
+        n over the total can never be served: it fails even when waiting."""
+        if n <= self.available and not self.waiting:
+            self.available -= n
+        elif wait and n <= self.total:
+            await self._wait_for(n)
+        else:
             raise OverloadedError()
-        self.available -= n
         try:
             yield
         finally:
-            self.available += n
+            self._release(n)
+
+
+_WAIT_FOR_PERMITS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tei_serve_wait_for_permits", default=False
+)
+
+T = TypeVar("T")
+
+
+async def waiting_for_permits(work: Awaitable[T]) -> T:
+    """Await `work` with its admissions waiting for permits rather than failing at once.
+
+    A context variable, so it reaches the admission through every layer between (routing,
+    observation, the operation) without a flag on each; it is set in this task only."""
+    token = _WAIT_FOR_PERMITS.set(True)
+    try:
+        return await work
+    finally:
+        _WAIT_FOR_PERMITS.reset(token)
 
 
 class Admission:
@@ -146,7 +214,7 @@ class Admission:
         instruction: str | None = None,
     ) -> list[Result]:
         """Admit, tokenize, queue and await every input of one request."""
-        with self.permits.take(len(inputs)):
+        async with self.permits.acquire(len(inputs), wait=_WAIT_FOR_PERMITS.get()):
             encodings = await self.tokenize(
                 inputs,
                 truncate=truncate,

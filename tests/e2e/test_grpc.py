@@ -416,6 +416,33 @@ def test_ten_thousand_messages_in_one_stream(
     assert r.serving.admission.permits.available == 512
 
 
+def test_stream_messages_wait_for_permits_where_unary_calls_are_refused(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, max_concurrent_requests=2)
+    permits = r.serving.admission.permits
+    embed = stubs.EmbedStub(r.channel)
+    r.serving.model.gate.clear()
+    held = [embed.Embed.future(pb.EmbedRequest(inputs=f"held {i}")) for i in range(2)]
+    _wait(lambda: permits.available == 0)
+    texts = ["a b", "c d", "e f"]
+    call = embed.EmbedStream(iter([pb.EmbedRequest(inputs=t) for t in texts]))
+    answers: list[Any] = []
+    reader = threading.Thread(target=lambda: answers.extend(call), daemon=True)
+    reader.start()
+    _wait(lambda: permits.waiting >= 1)  # the stream's messages queue for permits, not fail
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="unary")))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED  # a unary call is still refused at once
+    r.serving.model.gate.set()
+    assert [len(h.result().embeddings) for h in held] == [16, 16]
+    reader.join(10)
+    assert call.code() == grpc.StatusCode.OK
+    expected = [embed.Embed(pb.EmbedRequest(inputs=t)).embeddings for t in texts]
+    assert np.allclose([a.embeddings for a in answers], expected, atol=1e-6)
+    _wait(lambda: permits.available == 2 and permits.waiting == 0)
+
+
 def test_cancelled_stream_leaves_nothing_queued(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:

@@ -10,9 +10,9 @@ As in TEI, a message's `truncate` is used as sent (proto3: false unless set) rat
 --auto-truncate, `normalize` is true unless set, and each message of a stream is one request
 (`single`), answered in order. The messages of a stream run concurrently (at most
 `stream_window` at a time, TEI's GRPC_MAX_PARALLEL_STREAM_REQUESTS, and never more than
---max-concurrent-requests) so the batcher packs them together. Unlike TEI, whose stream
-messages wait for a free permit, a message that finds none ends the stream
-RESOURCE_EXHAUSTED, as a unary call would.
+--max-concurrent-requests) so the batcher packs them together. As in TEI, a stream message
+that finds no free permit waits for one (`admission.waiting_for_permits`), where a unary call
+ends RESOURCE_EXHAUSTED at once.
 
 With several models, a call picks its model by the `model` metadata key (`Models.pick`, the
 rules of `tei_serve.routing`): a name not served ends it NOT_FOUND, no name where several
@@ -33,6 +33,7 @@ from grpc import aio
 
 from tei_runtime.manifest import Task
 from tei_serve import observe
+from tei_serve.admission import waiting_for_permits
 from tei_serve.errors import TeiError, ValidationError
 from tei_serve.grpc import tei_pb2 as pb
 from tei_serve.grpc.streams import answer_in_order
@@ -170,7 +171,9 @@ class TeiServices:
         answer: Callable[[Req], Awaitable[Resp]],
     ) -> AsyncIterator[Resp]:
         try:
-            async for response in answer_in_order(requests, answer, window=self.window):
+            async for response in answer_in_order(
+                requests, lambda r: waiting_for_permits(answer(r)), window=self.window
+            ):
                 yield response
         except TeiError as e:
             await self.fail(context, e)
@@ -285,7 +288,8 @@ class TeiServices:
 
         async def rank_all() -> _Ranked:
             started = serving.clock()
-            scored = [s async for s in answer_in_order(requests, score, window=self.window)]
+            scored = [s async for s in answer_in_order(
+                requests, lambda m: waiting_for_permits(score(m)), window=self.window)]  # fmt: skip
             if not scored:
                 raise ValidationError("`texts` cannot be empty")
             return_text = first[0].return_text

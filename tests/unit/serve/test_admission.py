@@ -2,30 +2,122 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from tei_serve.admission import Permits
+from tei_serve import admission
+from tei_serve.admission import Permits, waiting_for_permits
 from tei_serve.errors import BodyError, EmptyError, OverloadedError
 from tei_serve.http.protocol import parse_ids, parse_inputs, parse_predict_inputs
 
 
 def test_permits_all_or_nothing_and_released() -> None:
-    p = Permits(4)
-    with p.take(3):
-        assert p.available == 1
-        with pytest.raises(OverloadedError), p.take(2):
-            pass
-        assert p.available == 1
-        with p.take(1):
-            assert p.available == 0
-    assert p.available == 4
+    async def scenario() -> None:
+        p = Permits(4)
+        async with p.acquire(3):
+            assert p.available == 1
+            with pytest.raises(OverloadedError):
+                async with p.acquire(2):
+                    pass
+            assert p.available == 1
+            async with p.acquire(1):
+                assert p.available == 0
+        assert p.available == 4
+
+    asyncio.run(scenario())
 
 
 def test_permits_released_on_error() -> None:
-    p = Permits(2)
-    with pytest.raises(RuntimeError), p.take(2):
-        raise RuntimeError
-    assert p.available == 2
+    async def scenario() -> None:
+        p = Permits(2)
+        with pytest.raises(RuntimeError):
+            async with p.acquire(2):
+                raise RuntimeError
+        assert p.available == 2
+
+    asyncio.run(scenario())
+
+
+def test_waiters_are_served_in_order_and_before_callers_that_do_not_wait() -> None:
+    async def scenario() -> None:
+        p = Permits(3)
+        order: list[str] = []
+        release = asyncio.Event()
+
+        async def hold(name: str, n: int, *, wait: bool) -> None:
+            async with p.acquire(n, wait=wait):
+                order.append(name)
+                await release.wait()
+
+        first = asyncio.create_task(hold("first", 3, wait=False))
+        await asyncio.sleep(0)
+        big = asyncio.create_task(hold("big", 2, wait=True))
+        small = asyncio.create_task(hold("small", 1, wait=True))
+        await asyncio.sleep(0)
+        assert p.waiting == 2
+        with pytest.raises(OverloadedError):  # waiters go first: no jumping the queue
+            async with p.acquire(1):
+                pass
+        release.set()
+        await asyncio.gather(first, big, small)
+        assert order == ["first", "big", "small"]
+        assert p.available == 3 and p.waiting == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_that_leaves_lets_the_next_one_in_and_keeps_nothing() -> None:
+    async def scenario() -> None:
+        p = Permits(2)
+        async with p.acquire(1):
+            leaver = asyncio.create_task(p.acquire(2, wait=True).__aenter__())
+            await asyncio.sleep(0)
+            got_one = asyncio.Event()
+
+            async def one() -> None:
+                async with p.acquire(1, wait=True):
+                    got_one.set()
+
+            behind = asyncio.create_task(one())
+            await asyncio.sleep(0)
+            assert p.waiting == 2 and not got_one.is_set()
+            leaver.cancel()
+            await asyncio.wait_for(behind, 1)
+            assert got_one.is_set()
+        assert p.available == 2 and p.waiting == 0
+
+    asyncio.run(scenario())
+
+
+def test_more_permits_than_exist_fail_even_when_waiting() -> None:
+    async def scenario() -> None:
+        p = Permits(2)
+        with pytest.raises(OverloadedError):
+            async with p.acquire(3, wait=True):
+                pass
+        assert p.available == 2
+
+    asyncio.run(scenario())
+
+
+def test_waiting_for_permits_marks_only_its_own_work() -> None:
+    async def scenario() -> None:
+        p = Permits(1)
+        async with p.acquire(1):
+
+            async def admit() -> None:
+                async with p.acquire(1, wait=admission._WAIT_FOR_PERMITS.get()):
+                    pass
+
+            with pytest.raises(OverloadedError):
+                await admit()
+            waiter = asyncio.create_task(waiting_for_permits(admit()))
+            await asyncio.sleep(0)
+            assert p.waiting == 1 and not admission._WAIT_FOR_PERMITS.get()
+        await asyncio.wait_for(waiter, 1)
+
+    asyncio.run(scenario())
 
 
 def test_inputs_union() -> None:
