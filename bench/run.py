@@ -462,8 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     host = machine(_versions())
     print(f"bench: {host.cpu}, {host.cores} CPUs, ISA {', '.join(host.isa)}", flush=True)
     measured = [measure_peak(256 if args.quick else 2048, threads)]
-    print(f"bench: limits: {measured[0].fp32:.0f} GFLOP/s fp32, {measured[0].int8} GOP/s int8; "
-          f"{measured[0].blas}", flush=True)  # fmt: skip
+    int8 = "not measured" if measured[0].int8 is None else f"{measured[0].int8:.0f} GOP/s"
+    print(f"bench: limits: {measured[0].fp32:.0f} GFLOP/s fp32, int8 {int8}; {measured[0].blas}",
+          flush=True)  # fmt: skip
     results: list[Run] = []
     for key in keys:
         t = time.monotonic()
