@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
+from types import FrameType
 
 from tei_export.cards import CardError, supported_families
 from tei_export.errors import ExportError
@@ -96,10 +98,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(BaseException):
+    """SIGTERM (docker stop, a batch job's kill) arrived: unwinds like Ctrl-C, so the
+    export's partial folder is removed. A BaseException, so no `except Exception` on the way
+    (a fallback, a retry) takes it for a failure to work around."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from tei_export.api import export_model
 
+    # Python's default for SIGTERM ends the process at once, leaving the partial folder.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         export_model(
             args.model,
@@ -123,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tei-export: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except Terminated:
+        print("tei-export: terminated; nothing was written", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return 0
 
 

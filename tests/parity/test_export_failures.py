@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,28 @@ def test_quiet_export_prints_nothing(tmp_path: Path, tiny_bert: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert (out / "manifest.json").is_file()
+
+
+def test_sigterm_mid_export_leaves_nothing(tmp_path: Path, tiny_bert: Path) -> None:
+    """docker stop / a job's kill: SIGTERM once the partial folder exists ends the export with
+    143 and removes that folder, as Ctrl-C does."""
+    out = tmp_path / "out" / "artifact"
+    out.parent.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tei_export", str(tiny_bert), str(out), "--quiet"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not any(".partial-" in p.name for p in out.parent.iterdir()):
+            assert proc.poll() is None, "the export ended before its partial folder was seen"
+            assert time.monotonic() < deadline, "no partial folder after 300 s"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    assert "tei-export: terminated; nothing was written" in stderr
+    assert list(out.parent.iterdir()) == []
