@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -113,7 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     from tei_export.api import export_model
 
     # Python's default for SIGTERM ends the process at once, leaving the partial folder.
-    signal.signal(signal.SIGTERM, _terminate)
+    # Only the main thread may set a handler (an in-process caller on another keeps its own).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    try:
+        return _export(args, export_model)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
     try:
         export_model(
             args.model,
