@@ -51,7 +51,6 @@ load on the machine falls on all of them alike.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -66,6 +65,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from bench import procs
+
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 Feeds = dict[str, npt.NDArray[np.generic]]
@@ -75,7 +76,6 @@ QWEN3_HEADS, QWEN3_KV_HEADS, QWEN3_HEAD_DIM = 16, 8, 128
 DEFAULT_SHAPES = "1x16,32x64,32x512"
 TOLERANCE = 1e-3  # float32 attention over up to 512 keys against a float64 reference
 MASKED = float(np.finfo(np.float32).min)  # what transformers puts where attention is not allowed
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile")
 WARMUPS = 2
 
 
@@ -273,31 +273,27 @@ def build_mha(dims: Dims) -> onnx.ModelProto:
     return _model(nodes, [*_inputs(dims), _additive_mask_input()], dims, contrib=True)
 
 
-def build_attention23(dims: Dims) -> onnx.ModelProto:
+def _attention23(dims: Dims, mask: onnx.ValueInfoProto, *, is_causal: int) -> onnx.ModelProto:
     node = helper.make_node(
         "Attention",
-        ["query", "key", "value", "additive_mask"],
+        ["query", "key", "value", mask.name],
         ["output"],
         q_num_heads=dims.heads,
         kv_num_heads=dims.kv_heads,
-        is_causal=0,
+        is_causal=is_causal,
     )
-    return _model([node], [*_inputs(dims), _additive_mask_input()], dims)
+    return _model([node], [*_inputs(dims), mask], dims)
+
+
+def build_attention23(dims: Dims) -> onnx.ModelProto:
+    return _attention23(dims, _additive_mask_input(), is_causal=0)
 
 
 def build_attention23_bool(dims: Dims) -> onnx.ModelProto:
     # onnxruntime's CPU kernel wants the mask's query axis at full length (it rejects a
     # [B, 1, 1, S] key mask), so the padding-only mask comes in as [B, 1, S, S].
     key_mask = helper.make_tensor_value_info("key_mask", TensorProto.BOOL, ["B", 1, "S", "S"])
-    node = helper.make_node(
-        "Attention",
-        ["query", "key", "value", "key_mask"],
-        ["output"],
-        q_num_heads=dims.heads,
-        kv_num_heads=dims.kv_heads,
-        is_causal=1,
-    )
-    return _model([node], [*_inputs(dims), key_mask], dims)
+    return _attention23(dims, key_mask, is_causal=1)
 
 
 def _gqa_model(dims: Dims, *, with_bias: bool) -> onnx.ModelProto:
@@ -583,25 +579,6 @@ def _record(
 # --- machine and report -----------------------------------------------------------------------
 
 
-def cpu_model_and_isa() -> tuple[str, list[str]]:
-    model, flags = "unknown CPU", set[str]()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return model, []
-    for line in lines:
-        name, _, value = line.partition(":")
-        if name.strip() == "model name" and model == "unknown CPU":
-            model = value.strip()
-        elif name.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return model, [flag for flag in ISA_FLAGS if flag in flags]
-
-
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -625,7 +602,7 @@ def _verdict(record: AttentionTiming) -> str:
 
 
 def markdown(run: AttentionRun) -> str:
-    isa = ", ".join(run.isa) or "none of " + ", ".join(ISA_FLAGS)
+    isa = ", ".join(run.isa) or "no AVX2 or newer"
     lines = [
         f"CPU: {run.cpu} [{isa}]; onnxruntime {run.onnxruntime}; {run.threads} intra-op threads;"
         f" heads {run.heads}/{run.kv_heads} kv, head dim {run.head_dim};"
@@ -676,7 +653,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--threads",
         type=positive_int,
-        default=usable_cpus(),
+        default=procs.cores(),
         help="intra-op threads (default: the CPUs this process may use)",
     )
     parser.add_argument("--json", type=Path, help="also write the records here")
@@ -692,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     records: list[AttentionTiming] = []
     for shape in args.shapes:
         records += measure_shape(sessions, failures, dims, shape, args.repeats)
-    cpu, isa = cpu_model_and_isa()
+    host = procs.machine({})
+    cpu, isa = host.cpu, host.isa
     run = AttentionRun(
         cpu=cpu,
         isa=isa,
