@@ -64,7 +64,12 @@ def base(report: list[str]) -> Iterator[str]:
     yield "ok"
     # Earlier builds of the test tags, untagged by these, would otherwise stay on disk for
     # good; after both builds, so that the export build reuses the serve build's wheel stage.
-    podman("image", "prune", "--force")
+    # Best effort: a build container that an interrupted earlier run left behind holds its
+    # image, and that is disk hygiene on a shared machine, not a defect of the images tested.
+    pruned = podman("image", "prune", "--force", check=False)
+    if pruned.returncode != 0:
+        why = (pruned.stderr.strip() or f"exit {pruned.returncode}").splitlines()[-1]
+        report.append(f"image prune skipped: {why}")
 
 
 def _built(target: str, tag: str, tmp: Path, report: list[str]) -> str:
