@@ -229,15 +229,40 @@ def test_grpc_rerank_goes_through_the_same_core(
     settings = Settings(hostname="127.0.0.1", port=0, prometheus_port=0,
                         tokenization_workers=2, grpc=True)  # fmt: skip
     running = RunningGrpc(Serving(settings=settings, model=model, model_id="tiny-reranker"))
+    rerank, predict = stubs.RerankStub(running.channel), stubs.PredictStub(running.channel)
+    # TEI's proto has no instruction field: call metadata carries it (`-bin` for non-ASCII)
+    other = [("instruction", OTHER_INSTRUCTION)]
+    non_ascii = "Étant donné une question, trouvez le passage qui nomme une ville"
     try:
-        ranks = stubs.RerankStub(running.channel).Rerank(
+        ranks = rerank.Rerank(
             pb.RerankRequest(query=QUERY, texts=DOCUMENTS, raw_scores=True, truncate=True)
         ).ranks
+        ranks_other = rerank.Rerank(
+            pb.RerankRequest(query=QUERY, texts=DOCUMENTS, raw_scores=True, truncate=True),
+            metadata=other,
+        ).ranks
+        streamed_other = rerank.RerankStream(
+            iter([pb.RerankStreamRequest(query=QUERY, text=d, raw_scores=True, truncate=True)
+                  for d in DOCUMENTS]),
+            metadata=other,
+        ).ranks  # fmt: skip
+        pair_non_ascii = predict.PredictPair(
+            pb.PredictPairRequest(inputs=[QUERY, DOCUMENTS[0]], raw_scores=True),
+            metadata=[("instruction-bin", non_ascii.encode())],
+        ).predictions
     finally:
         running.stop()
     pairs = [(QUERY, d) for d in DOCUMENTS]
-    reference = card_logit_difference(
-        exported.checkpoint, pairs, DEFAULT_INSTRUCTION, model.max_input_length
-    )
+    limit = model.max_input_length
+    reference = card_logit_difference(exported.checkpoint, pairs, DEFAULT_INSTRUCTION, limit)
     got = {k.index: k.score for k in ranks}
     assert max(abs(got[i] - float(reference[i])) for i in got) <= TOLERANCE
+    reference_other = card_logit_difference(exported.checkpoint, pairs, OTHER_INSTRUCTION, limit)
+    for answered in (ranks_other, streamed_other):
+        got = {k.index: k.score for k in answered}
+        assert max(abs(got[i] - float(reference_other[i])) for i in got) <= TOLERANCE
+    [reference_non_ascii] = card_logit_difference(
+        exported.checkpoint, pairs[:1], non_ascii, limit
+    )
+    assert abs(pair_non_ascii[0].score - float(reference_non_ascii)) <= TOLERANCE
+    assert abs(pair_non_ascii[0].score - float(reference[0])) > 1e-3

@@ -181,6 +181,32 @@ def test_rerank_and_rerank_stream(grpc_serve: Callable[..., RunningGrpc], client
         pb.PredictPairRequest(inputs=["what is paris", "a cat"])).predictions
 
 
+def test_instruction_metadata_reaches_the_core(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """TEI's proto has no instruction field: `instruction` (or UTF-8 `instruction-bin`)
+    metadata carries it; a cross-encoder refuses one as /rerank does, bad UTF-8 is refused."""
+    pb, stubs = client
+    r = grpc_serve(Task.RERANK)
+    rerank, predict = stubs.RerankStub(r.channel), stubs.PredictStub(r.channel)
+    calls = [
+        lambda m: rerank.Rerank(pb.RerankRequest(query="q", texts=["a"]), metadata=m),
+        lambda m: rerank.RerankStream(iter([pb.RerankStreamRequest(query="q", text="a")]),
+                                      metadata=m),
+        lambda m: predict.PredictPair(pb.PredictPairRequest(inputs=["q", "a"]), metadata=m),
+        lambda m: list(predict.PredictStream(iter([pb.PredictRequest(inputs="a")]), metadata=m)),
+    ]  # fmt: skip
+    for call in calls:
+        assert call(None)  # no instruction: answered
+        for metadata in ([("instruction", "find cities")],
+                         [("instruction-bin", "trouver les villes é".encode())]):  # fmt: skip
+            code, text = _code(lambda c=call, m=metadata: c(m))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, text)
+            assert "generative rerankers" in text
+        code, text = _code(lambda c=call: c([("instruction-bin", b"\xff\xfe")]))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "not UTF-8" in text
+
+
 def test_tokenize_and_decode(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
     pb, stubs = client
     r = grpc_serve(Task.EMBED)

@@ -65,6 +65,9 @@ DEFAULT_STREAM_WINDOW = 1024
 """TEI's default GRPC_MAX_PARALLEL_STREAM_REQUESTS."""
 MODEL_KEY = "model"
 """The call metadata key that names the served model (several models only)."""
+INSTRUCTION_KEY = "instruction"
+"""The call metadata key holding a generative reranker's instruction (TEI's proto has no field
+for it); `instruction-bin` carries it as UTF-8 bytes, since text metadata must be ASCII."""
 
 _MODEL_TYPES = {
     Task.EMBED: pb.MODEL_TYPE_EMBEDDING,
@@ -128,6 +131,20 @@ class Call:
     def model(self) -> str | None:
         """The served model the call names (its `model` metadata), if any."""
         return self.headers().get(MODEL_KEY)
+
+    def instruction(self) -> str | None:
+        """The instruction the call sets for a generative reranker, if any."""
+        for key, value in self.context.invocation_metadata() or ():
+            if key == INSTRUCTION_KEY and isinstance(value, str):
+                return value
+            if key == f"{INSTRUCTION_KEY}-bin" and isinstance(value, bytes):
+                try:
+                    return value.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValidationError(
+                        f"`{INSTRUCTION_KEY}-bin` metadata is not UTF-8: {e}"
+                    ) from e
+        return None
 
 
 class TeiServices:
@@ -236,7 +253,8 @@ class TeiServices:
         self, item: PredictInput, req: pb.PredictRequest | pb.PredictPairRequest, call: Call
     ) -> pb.PredictResponse:
         q = PredictQuery(inputs=[item], truncate=req.truncate, raw_scores=req.raw_scores,
-                         truncation_direction=direction(req.truncation_direction))  # fmt: skip
+                         truncation_direction=direction(req.truncation_direction),
+                         instruction=call.instruction())  # fmt: skip
         serving = self.pick(Route.PREDICT, call)
         r = await self.observed(call, serving, serving.predict(q), handler="predict",
                                 family="predict", n=1)  # fmt: skip
@@ -258,6 +276,7 @@ class TeiServices:
             query=req.query, texts=list(req.texts), truncate=req.truncate,
             truncation_direction=direction(req.truncation_direction),
             raw_scores=req.raw_scores, return_text=req.return_text,
+            instruction=call.instruction(),
         )  # fmt: skip
         serving = self.pick(Route.RERANK, call)
         r = await self.observed(call, serving, serving.rerank(q), handler="rerank",
@@ -273,6 +292,7 @@ class TeiServices:
         call = Call(context, "/tei.v1.Rerank/RerankStream")
         try:
             serving = self.pick(Route.RERANK, call)
+            instruction = call.instruction()
         except TeiError as e:
             await self.fail(context, e)
         first: list[pb.RerankStreamRequest] = []
@@ -282,7 +302,8 @@ class TeiServices:
                 first.append(m)
             q = RerankQuery(query=m.query, texts=[m.text], truncate=m.truncate,
                             truncation_direction=direction(m.truncation_direction),
-                            raw_scores=first[0].raw_scores)  # fmt: skip
+                            raw_scores=first[0].raw_scores,
+                            instruction=instruction)  # fmt: skip
             r = await serving.rerank(q)
             return r.ranks[0].score, m.text, r.metadata
 
