@@ -85,9 +85,14 @@ class ModelLoadError(RuntimeError):
 
 
 def load_model(
-    settings: Settings, model_id: str | None = None, *, intra_op_threads: int | None = None
+    settings: Settings,
+    model_id: str | None = None,
+    *,
+    intra_op_threads: int | None = None,
+    task: Task | None = None,
 ) -> tuple[Model, str]:
-    """Resolve and load one model (`model_id`, default the first --model-id)."""
+    """Resolve and load one model (`model_id`, default the first --model-id); `task` is its
+    --task (None: detected)."""
     import tei_runtime
 
     artifact, model_id = resolve(
@@ -96,10 +101,19 @@ def load_model(
         token=settings.hf_token,
         cache_dir=settings.huggingface_hub_cache,
         pooling=settings.pooling,
+        task=task,
     )
     from tei_runtime.manifest import read_manifest
 
-    check_limits(settings, read_manifest(artifact).max_input_length)
+    manifest = read_manifest(artifact)
+    if task is not None and manifest.task is not task:
+        # An artifact (or bundle) was exported already: --task cannot change what it is.
+        raise SettingsError(
+            f"{model_id} is a `{manifest.task.value}` artifact and --task asks for "
+            f"`{task.value}`: export the checkpoint again with `tei-export ... --task "
+            f"{task.value}`, or drop --task"
+        )
+    check_limits(settings, manifest.max_input_length)
     model = tei_runtime.load(
         artifact,
         device=settings.device,
@@ -155,7 +169,9 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
     loaded: list[tuple[Model, LoadedModel]] = []
     for i, wanted in enumerate(ids):
         try:
-            model, model_id = load_model(settings, wanted, intra_op_threads=threads)
+            model, model_id = load_model(
+                settings, wanted, intra_op_threads=threads, task=settings.task_of(i)
+            )
             warm_up(model, settings)
         except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
             if not several:

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from tei_bundle import artifact_folder, is_bundle_file
-from tei_runtime.manifest import MANIFEST_NAME
+from tei_runtime.manifest import MANIFEST_NAME, Task
 
 log = logging.getLogger("tei_serve")
 
@@ -54,12 +54,19 @@ def default_model_dir() -> Path:
 
 
 def cache_key(
-    model_id: str, revision: str | None, pooling: str | None, *, label: str | None = None
+    model_id: str,
+    revision: str | None,
+    pooling: str | None,
+    *,
+    label: str | None = None,
+    task: Task | None = None,
 ) -> str:
-    """`<readable name>-<sha256 of source, revision, pooling>`; a folder keys on its path."""
+    """`<readable name>-<sha256 of source, revision, pooling, task>`; a folder keys on its
+    path. No task keys as before --task existed, so earlier exports are reused."""
     path = Path(model_id)
     ident = str(path.resolve()) if path.exists() else model_id
-    digest = hashlib.sha256(f"{ident}\0{revision}\0{pooling}".encode()).hexdigest()[:16]
+    source = f"{ident}\0{revision}\0{pooling}" + (f"\0{task.value}" if task else "")
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     readable = label or (path.name if path.exists() else model_id)
     name = re.sub(r"[^A-Za-z0-9._-]+", "--", readable)
     return f"{name.strip('-.')[:80]}-{digest}"
@@ -72,8 +79,10 @@ def resolve(
     token: str | None = None,
     cache_dir: str | None = None,
     pooling: str | None = None,
+    task: Task | None = None,
 ) -> tuple[Path, str]:
-    """Return (artifact folder, model id to report in /info)."""
+    """Return (artifact folder, model id to report in /info); `task` is what a checkpoint
+    exports as (None: detected)."""
     if not model_id:
         source = default_model_dir()
         reported = DEFAULT_MODEL_ID
@@ -87,7 +96,7 @@ def resolve(
         reported = model_id
     name = str(source) if source.exists() else str(model_id)
     root = hub_cache(cache_dir) / "tei-onnx"
-    out = root / cache_key(name, revision, pooling, label=reported)
+    out = root / cache_key(name, revision, pooling, label=reported, task=task)
     if (out / MANIFEST_NAME).is_file():
         return out, reported
     root.mkdir(parents=True, exist_ok=True)
@@ -95,7 +104,8 @@ def resolve(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / MANIFEST_NAME).is_file():  # another process exported it meanwhile
             return out, reported
-        export(name, out, revision=revision, token=token, cache_dir=cache_dir, pooling=pooling)
+        export(name, out, revision=revision, token=token, cache_dir=cache_dir, pooling=pooling,
+               task=task)  # fmt: skip
     return out, reported
 
 
@@ -107,6 +117,7 @@ def export(
     token: str | None,
     cache_dir: str | None,
     pooling: str | None,
+    task: Task | None = None,
 ) -> Path:
     try:
         from tei_export.api import export_model  # type: ignore[import-untyped,unused-ignore]
@@ -124,5 +135,6 @@ def export(
         token=token,
         cache_dir=Path(cache_dir) if cache_dir else None,
         pooling=pooling,
+        task=task,
     )
     return result

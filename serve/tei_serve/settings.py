@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from tei_runtime.errors import ProviderError
+from tei_runtime.manifest import Task
 from tei_runtime.providers import parse_dtype
 
 log = logging.getLogger("tei_serve")
@@ -25,6 +26,8 @@ log = logging.getLogger("tei_serve")
 _SECRETS = frozenset({"hf_token", "api_key"})
 # Flags of TEI's router that are accepted so its command lines start unchanged, and do nothing.
 _COMPATIBILITY_ONLY = ("dense_path", "uds_path")
+AUTO_TASK = "auto"
+"""--task's value for: detect the task from the architecture (TEI's rule)."""
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
 
@@ -42,6 +45,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     served_model_names: tuple[str, ...] = ()
     """--served-model-name, one per --model-id in the same order (or none)."""
     pooling: str | None = None
+    tasks: tuple[str, ...] = ()
+    """--task, one per --model-id in the same order (or none): what a checkpoint exported on
+    first start becomes; `auto` detects it from the architecture."""
     max_concurrent_requests: int = 512
     max_batch_tokens: int = 16384
     max_batch_requests: int | None = None
@@ -90,6 +96,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def served_model_name(self) -> str | None:
         """The first --served-model-name."""
         return self.served_model_names[0] if self.served_model_names else None
+
+    def task_of(self, index: int) -> Task | None:
+        """The --task given for the index-th --model-id; None: detect it."""
+        if not self.tasks or self.tasks[index] == AUTO_TASK:
+            return None
+        return Task(self.tasks[index])
 
     def compatibility_only(self) -> list[str]:
         """Flags set to something other than their default that change nothing here."""
@@ -143,6 +155,14 @@ def _pooling(value: str) -> str:
     return v
 
 
+def _task(value: str) -> str:
+    v = value.strip().lower()
+    choices = [AUTO_TASK, *(t.value for t in Task)]
+    if v not in choices:
+        raise argparse.ArgumentTypeError(f"task must be one of {', '.join(choices)}")
+    return v
+
+
 def _dtype(value: str) -> str:
     """The runtime's name for the variant (`tei_runtime.load` takes the same names)."""
     try:
@@ -186,6 +206,11 @@ _OPTIONS: tuple[_Option, ...] = (
             "(several models: its last path part).", multiple=True, field="served_model_names"),
     _Option("--pooling", _pooling, "Override pooling when exporting: cls, mean, splade, "
             "last-token."),
+    _Option("--task", _task, "What a checkpoint exported on first start becomes: auto (from "
+            "its architecture, as TEI does), embed, classify, rerank or sparse; `rerank` on a "
+            "*ForCausalLM is a generative reranker (Qwen3-Reranker). With several models repeat "
+            "it in --model-id order. Checked against an artifact's own task.", multiple=True,
+            field="tasks"),
     _Option("--max-concurrent-requests", _positive_int,
             "Admission permits (one per input); none left answers 429."),
     _Option("--max-batch-tokens", _positive_int,
@@ -266,14 +291,15 @@ def _from_env(opt: _Option, raw: str) -> Any:
 
 
 def _check_models(values: dict[str, Any]) -> None:
-    """One --served-model-name per --model-id (or none), no name twice."""
-    ids = values.get("model_ids", [])
+    """One --served-model-name and one --task per --model-id (or none), no name twice."""
+    models = max(1, len(values.get("model_ids", [])))
     names = values.get("served_model_names", [])
-    if names and len(names) != max(1, len(ids)):
-        raise SettingsError(
-            f"--served-model-name is given {len(names)} times for {max(1, len(ids))} "
-            "--model-id: give one per model, in the same order, or none"
-        )
+    for flag, given in (("--served-model-name", names), ("--task", values.get("tasks", []))):
+        if given and len(given) != models:
+            raise SettingsError(
+                f"{flag} is given {len(given)} times for {models} --model-id: give one per "
+                "model, in the same order, or none"
+            )
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise SettingsError(f"--served-model-name {repeated[0]!r} is given twice")

@@ -266,3 +266,57 @@ def test_grpc_rerank_goes_through_the_same_core(
     )
     assert abs(pair_non_ascii[0].score - float(reference_non_ascii)) <= TOLERANCE
     assert abs(pair_non_ascii[0].score - float(reference[0])) > 1e-3
+
+
+def test_tei_serve_exports_a_generative_reranker_on_first_start(
+    exported: Exported, tmp_path: Path
+) -> None:
+    """`tei-serve --model-id <checkpoint> --task rerank`: the exporter runs on first start with
+    the task (a causal LM would otherwise export as a last-token embedder)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    env.pop("MODEL_ID", None)
+    serve = Path(sys.executable).with_name("tei-serve")
+    proc = subprocess.Popen(
+        [str(serve), "--model-id", str(exported.checkpoint), "--task", "rerank", "--port",
+         str(port), "--hostname", "127.0.0.1", "--prometheus-port", "0", "--dtype", "float32"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "tei-serve did not become healthy"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        info = httpx.get(f"{url}/info").json()
+        assert "reranker" in info["model_type"], info
+        r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCUMENTS[:2],
+                                              "raw_scores": True}, timeout=60)  # fmt: skip
+        assert r.status_code == 200, r.text
+        got = {rank["index"]: rank["score"] for rank in r.json()}
+        pairs = [(QUERY, d) for d in DOCUMENTS[:2]]
+        reference = card_logit_difference(
+            exported.checkpoint, pairs, DEFAULT_INSTRUCTION, info["max_input_length"]
+        )
+        assert max(abs(got[i] - float(reference[i])) for i in got) <= TOLERANCE
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    [folder] = [p for p in (tmp_path / "cache" / "tei-onnx").iterdir() if p.is_dir()]
+    assert read_manifest(folder).task is Task.RERANK

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import builtins
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tei_serve import model_source
+from tei_runtime import manifest as manifest_module
+from tei_runtime.manifest import Task
+from tei_serve import cli, model_source
 from tei_serve.cli import check_limits
 from tei_serve.settings import Settings, SettingsError
 
@@ -30,6 +33,39 @@ def test_cached_export_reused(tmp_path: Path) -> None:
 def test_cache_key_depends_on_revision_and_pooling() -> None:
     keys = {model_source.cache_key("m", r, p) for r in (None, "v2") for p in (None, "cls")}
     assert len(keys) == 4
+
+
+def test_cache_key_depends_on_the_task_and_keeps_the_old_key_without_one() -> None:
+    keys = {model_source.cache_key("m", None, None, task=t) for t in (None, *Task)}
+    assert len(keys) == 1 + len(Task)
+    # Artifacts exported on first start before --task existed are found again.
+    old_digest = hashlib.sha256(b"org/model\0None\0None").hexdigest()[:16]
+    assert model_source.cache_key("org/model", None, None) == f"org--model-{old_digest}"
+
+
+def test_task_reaches_the_exporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks: list[Task | None] = []
+
+    def fake_export(model: str, out: Path, *, task: Task | None = None, **_: Any) -> Path:
+        tasks.append(task)
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text("{}")
+        return out
+
+    monkeypatch.setattr(model_source, "export", fake_export)
+    detected, _ = model_source.resolve("org/model", cache_dir=str(tmp_path))
+    reranker, _ = model_source.resolve("org/model", cache_dir=str(tmp_path), task=Task.RERANK)
+    assert tasks == [None, Task.RERANK] and detected != reranker
+
+
+def test_task_that_an_artifact_is_not_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest = type("Manifest", (), {"task": Task.EMBED, "max_input_length": 128})()
+    monkeypatch.setattr(cli, "resolve", lambda *_, **__: (tmp_path, "my-artifact"))
+    monkeypatch.setattr(manifest_module, "read_manifest", lambda _: manifest)
+    with pytest.raises(SettingsError, match=r"`embed` artifact and --task asks for `rerank`"):
+        cli.load_model(Settings(), "my-artifact", task=Task.RERANK)
 
 
 def test_missing_exporter_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

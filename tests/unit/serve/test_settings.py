@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tei_runtime.manifest import Task
 from tei_serve.settings import Settings, SettingsError, load_settings
 
 
@@ -152,3 +153,26 @@ def test_unknown_dtype_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         load_settings(["--dtype", "bf16"], env={})
     assert "dtype must be one of float32, float16, int8" in capsys.readouterr().err
+
+
+def test_task_follows_the_models_in_order() -> None:
+    s = load_settings(["--model-id", "Qwen/Qwen3-Embedding-0.6B", "--model-id",
+                       "Qwen/Qwen3-Reranker-0.6B", "--task", "auto", "--task", "RERANK"],
+                      env={})  # fmt: skip
+    assert s.tasks == ("auto", "rerank")
+    assert s.task_of(0) is None and s.task_of(1) is Task.RERANK
+    s = load_settings([], env={"MODEL_ID": "a,b", "TASK": "embed, rerank"})
+    assert (s.task_of(0), s.task_of(1)) == (Task.EMBED, Task.RERANK)
+    assert load_settings(["--model-id", "a"], env={}).task_of(0) is None
+
+
+def test_task_refused_when_unknown_or_not_one_per_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SettingsError, match="given 1 times for 2"):
+        load_settings(["--model-id", "a", "--model-id", "b", "--task", "rerank"], env={})
+    with pytest.raises(SettingsError, match="task must be one of auto, embed, rerank"):
+        load_settings([], env={"TASK": "generate"})
+    with pytest.raises(SystemExit):
+        load_settings(["--task", "reranker"], env={})
+    assert "task must be one of" in capsys.readouterr().err
