@@ -96,6 +96,7 @@ def export_model(
     quiet: bool = False,
     external_data: bool = False,
     dense_path: str | None = None,
+    adapter: str | None = None,
 ) -> Path:
     """Export MODEL (a folder or hub id) into the artifact folder OUTPUT_DIR and return it.
 
@@ -103,7 +104,10 @@ def export_model(
     end, so a failure at any stage leaves nothing behind. Weights go into `<graph>.data`
     files when the model is too big for one protobuf (~2 GB) or `external_data` is set.
     `dense_path` picks the one Dense module folder put into the graph (default: the Dense
-    modules modules.json lists, in order, as TEI does).
+    modules modules.json lists, in order, as TEI does). `adapter` names the task LoRA
+    adapter merged into the weights of a checkpoint that has some (jina-embeddings-v3:
+    retrieval.query, retrieval.passage, separation, classification, text-matching; default:
+    none, the base weights), and its task instruction becomes the default prompt.
     """
     output_dir = Path(output_dir).resolve()
     _prepare_output(output_dir, overwrite)
@@ -118,11 +122,12 @@ def export_model(
             cache_dir=cache_dir,
             trust_remote_code=trust_remote_code,
         )
-        staged = hub_layouts.stage_native(source.path, output_dir.parent)
+        staged = hub_layouts.stage_native(source.path, output_dir.parent, adapter=adapter)
     try:
         if staged is not None:
             progress.note("hub layout mapped onto transformers' native class; no hub code runs")
-            source = msgspec.structs.replace(source, path=staged)
+            _note_adapters(progress, source.path, adapter)
+            source = msgspec.structs.replace(source, path=staged, adapter=adapter)
         return _export(
             source, output_dir, progress, task=task, pooling=pooling, precisions=precisions,
             trust_remote_code=trust_remote_code, opset=opset, external_data=external_data,
@@ -131,6 +136,19 @@ def export_model(
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
+
+
+def _note_adapters(progress: Progress, checkpoint: Path, adapter: str | None) -> None:
+    """Say which task adapter went into the weights, or which the checkpoint offers."""
+    if adapter is not None:
+        progress.note(f"task LoRA adapter {adapter!r} merged into the weights")
+        return
+    offered = hub_layouts.offered_adapters(checkpoint)
+    if offered:
+        progress.note(
+            f"no task LoRA adapter merged (the base weights); this checkpoint has "
+            f"{', '.join(offered)}: pick one with --adapter"
+        )
 
 
 def _silence_library_progress() -> None:
@@ -334,7 +352,8 @@ def _build(
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
         source=Source(
-            model_id=source.model_id, revision=source.revision, commit_sha=source.commit_sha
+            model_id=source.model_id, revision=source.revision, commit_sha=source.commit_sha,
+            adapter=source.adapter,
         ),
         task=plan.task,
         architecture=checkpoint.architecture,

@@ -80,6 +80,14 @@ def parser() -> argparse.ArgumentParser:
         "checkpoint ships several (default: the Dense modules modules.json lists, as TEI)",
     )
     p.add_argument(
+        "--adapter",
+        metavar="TASK",
+        help="the task LoRA adapter to merge into the weights, for checkpoints that carry "
+        "some (jina-embeddings-v3: retrieval.query, retrieval.passage, separation, "
+        "classification, text-matching); its task instruction becomes the default prompt "
+        "(default: none, the base weights)",
+    )
+    p.add_argument(
         "--variants",
         type=_precisions,
         default=[Precision.FP32, Precision.FP16, Precision.INT8],
@@ -141,6 +149,7 @@ def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
             overwrite=args.overwrite,
             external_data=args.external_data,
             dense_path=args.dense_path,
+            adapter=args.adapter,
             quiet=args.quiet,
         )
     except (ExportError, CardError) as e:

@@ -4,7 +4,11 @@ native classes so that they export without running any hub code.
 nomic-embed-text-v1 / v1.5 ship model_type "nomic_bert" with GPT-2 style keys (n_embd, n_head,
 ...) and fused Wqkv weights; gte-*-en-v1.5 and gte-multilingual-* ship model_type "new" (code
 in Alibaba-NLP/new-impl) with fused qkv_proj / up_gate_proj weights. Both have native classes
-in transformers 5 (`nomic_bert`, `gte`). `stage_native` writes a native copy of such a checkpoint
+in transformers 5 (`nomic_bert`, `gte`). jinaai/jina-embeddings-v3 ships model_type
+"xlm-roberta" with rotary positions (code in jinaai/xlm-roberta-flash-implementation), fused
+Wqkv weights and five task LoRA adapters stored as weight parametrizations; its native class is
+`jina_embeddings_v3`, and one adapter (or none) is merged into the weights (`merge_lora`).
+`stage_native` writes a native copy of such a checkpoint
 (config.json and model.safetensors rewritten, every other file linked) that the rest of the
 export reads like any other folder. A config setting or weight that has no native counterpart
 is an error naming it, never a silently different model.
@@ -59,6 +63,8 @@ class HubLayout:
     rules: tuple[WeightRule, ...]
     config: Callable[[dict[str, Any]], dict[str, Any]]
     """Published config.json -> the native config's keys (model_type and architectures aside)."""
+    adapters: bool = False
+    """Its weights may carry task LoRA adapters (`lora_adaptations` in config.json)."""
 
 
 # Buffers some checkpoints saved with their weights: recomputed by the native classes.
@@ -235,6 +241,64 @@ _GTE_RULES = (
     _rule("classifier.{p}"),
 )
 
+_JINA_V3_KEPT = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "classifier_dropout",
+    "initializer_range",
+)
+
+
+def _jina_v3_config(config: dict[str, Any]) -> dict[str, Any]:
+    layout = "jina-embeddings-v3"
+    for key in (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+    ):
+        _require(config, key, layout)
+    _expect(config, "rotary_emb_interleaved", False, False, layout)
+    native = {key: config[key] for key in _JINA_V3_KEPT if key in config}
+    native["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": float(_require(config, "rotary_emb_base", layout)),
+    }
+    return native
+
+
+_JINA_V3_RULES = (
+    _rule("embeddings.word_embeddings.weight"),
+    _rule("embeddings.token_type_embeddings.weight"),
+    _rule("emb_ln.{p}", "embeddings.LayerNorm.{p}"),
+    _rule(
+        "encoder.layers.{i}.mixer.Wqkv.{p}",
+        "layers.{i}.self_attn.q_proj.{p}",
+        "layers.{i}.self_attn.k_proj.{p}",
+        "layers.{i}.self_attn.v_proj.{p}",
+    ),
+    _rule("encoder.layers.{i}.mixer.out_proj.{p}", "layers.{i}.self_attn.o_proj.{p}"),
+    _rule("encoder.layers.{i}.mlp.fc1.{p}", "layers.{i}.mlp.fc1.{p}"),
+    _rule("encoder.layers.{i}.mlp.fc2.{p}", "layers.{i}.mlp.fc2.{p}"),
+    # post-norm blocks, as the native class
+    _rule("encoder.layers.{i}.norm1.{p}", "layers.{i}.post_attention_layernorm.{p}"),
+    _rule("encoder.layers.{i}.norm2.{p}", "layers.{i}.post_mlp_layernorm.{p}"),
+    _rule("pooler.dense.{p}"),
+)
+
 LAYOUTS = {
     "nomic_bert": HubLayout(
         name="nomic_bert",
@@ -259,6 +323,18 @@ LAYOUTS = {
         rules=_GTE_RULES,
         config=_gte_config,
     ),
+    "jina-embeddings-v3": HubLayout(
+        name="jina-embeddings-v3",
+        native_model_type="jina_embeddings_v3",
+        architectures={
+            "XLMRobertaModel": "JinaEmbeddingsV3Model",
+            "XLMRobertaLoRA": "JinaEmbeddingsV3Model",
+        },
+        prefixes=("roberta.",),
+        rules=_JINA_V3_RULES,
+        config=_jina_v3_config,
+        adapters=True,
+    ),
 }
 
 
@@ -269,6 +345,11 @@ def detect(config: dict[str, Any]) -> HubLayout | None:
         return LAYOUTS["nomic_bert"]
     if model_type == "new":
         return LAYOUTS["new"]
+    if model_type in ("xlm-roberta", "xlm_roberta") and (
+        config.get("position_embedding_type") == "rotary"
+    ):
+        # Native XLM-RoBERTa has learned absolute positions: read as is, this would load.
+        return LAYOUTS["jina-embeddings-v3"]
     return None
 
 
@@ -293,10 +374,11 @@ def _base_prefix(layout: HubLayout, architecture: str) -> str:
 
 
 def native_weight_names(
-    layout: HubLayout, published: list[str], architecture: str
+    layout: HubLayout, published: list[str], architecture: str, *, base_pooler: bool = False
 ) -> dict[str, list[str]]:
-    """Published weight name -> its native name(s), for the weights the native model reads.
-    Raises on a weight that no rule maps."""
+    """Published weight name -> its native name(s), for the weights the native model reads
+    (`base_pooler`: the native base model has a pooler too). Raises on a weight that no rule
+    maps."""
     prefix = _base_prefix(layout, architecture)
     head_model = bool(prefix)
     mapping: dict[str, list[str]] = {}
@@ -307,8 +389,10 @@ def native_weight_names(
                 stripped = stripped[len(strip) :]
         if _BUFFERS.fullmatch(stripped) or stripped.startswith(_PRETRAINING_HEADS):
             continue
-        if not head_model and stripped.startswith(("pooler.", *_TOP_LEVEL)):
-            continue  # the base model has no pooler or classifier
+        if not head_model and stripped.startswith(_TOP_LEVEL):
+            continue  # the base model has no classifier
+        if not head_model and not base_pooler and stripped.startswith("pooler."):
+            continue  # nor, mostly, a pooler
         for rule in layout.rules:
             slots = rule.match(stripped)
             if slots is None:
@@ -372,7 +456,14 @@ def native_state_dict(
     """The published tensors renamed (and fused ones split) into the native model's names;
     every native weight accounted for."""
     architecture = config["architectures"][0]
-    mapping = native_weight_names(layout, sorted(tensors), architecture)
+    expected = _expected_native_names(config)
+    # A base model's pooler is never part of the graph (it exports the token states): a
+    # checkpoint published without one keeps the native model's initial pooler.
+    head_model = "For" in architecture
+    unused = set() if head_model else {n for n in expected if n.startswith("pooler.")}
+    mapping = native_weight_names(
+        layout, sorted(tensors), architecture, base_pooler=bool(unused)
+    )
     native: dict[str, Any] = {}
     for published, targets in mapping.items():
         tensor = tensors[published]
@@ -383,8 +474,7 @@ def native_state_dict(
             )
         for target, part in zip(targets, tensor.chunk(len(targets), dim=0), strict=True):
             native[target] = part.contiguous().clone()
-    expected = _expected_native_names(config)
-    missing = sorted(expected - set(native))
+    missing = sorted(expected - set(native) - unused)
     if missing:
         raise ExportError(
             f"the {layout.name} checkpoint lacks weight {_published_for(layout, missing[0])!r} "
@@ -400,24 +490,156 @@ def native_state_dict(
     return native
 
 
+_PARAMETRIZED = re.compile(
+    r"(?P<module>.+)\.parametrizations\.weight\.(?P<part>original|0\.lora_A|0\.lora_B)"
+)
+_ST_CONFIG = "config_sentence_transformers.json"
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """Task LoRA adapters as jina-embeddings-v3's config.json declares them."""
+
+    names: tuple[str, ...]
+    rank: int
+    alpha: float
+    instructions: dict[str, str]
+    """Each task's instruction, which its `encode(task=...)` puts before every text."""
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.rank
+
+
+def read_adapters(config: dict[str, Any]) -> Adapters | None:
+    names = config.get("lora_adaptations")
+    if not names:
+        return None
+    layout = "jina-embeddings-v3"
+    rank = int(_require(config, "lora_rank", layout))
+    if rank <= 0:
+        raise ExportError(f"config.json ({layout} layout): lora_rank={rank} must be positive")
+    instructions = config.get("task_instructions") or {}
+    return Adapters(
+        names=tuple(str(n) for n in names),
+        rank=rank,
+        alpha=float(config.get("lora_alpha", 1)),
+        instructions={str(k): str(v) for k, v in instructions.items()},
+    )
+
+
+def offered_adapters(path: Path) -> tuple[str, ...]:
+    """The task adapters the checkpoint at `path` has (none when its layout has none)."""
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return ()
+    layout = detect(config)
+    adapters = read_adapters(config) if layout is not None and layout.adapters else None
+    return adapters.names if adapters is not None else ()
+
+
+def choose_adapter(adapters: Adapters | None, wanted: str | None, path: Path) -> str | None:
+    """`wanted` checked against the checkpoint's adapters (None: merge none)."""
+    if wanted is None:
+        return None
+    if adapters is None:
+        raise ExportError(f"--adapter {wanted}: {path} has no task LoRA adapters")
+    if wanted not in adapters.names:
+        raise ExportError(
+            f"--adapter {wanted}: {path} has the adapters {', '.join(adapters.names)}"
+        )
+    return wanted
+
+
+def merge_lora(
+    tensors: dict[str, Any], adapters: Adapters | None, chosen: str | None
+) -> dict[str, Any]:
+    """Weights stored as parametrizations (`<module>.parametrizations.weight.original` with
+    per-task `0.lora_A` / `0.lora_B` stacks) become plain `<module>.weight`: the original plus
+    the chosen adapter's update scaled by alpha / rank, or the original alone. A Linear's
+    update is B @ A (A: rank x in, B: out x rank); an Embedding's is A @ B (A: rows x rank,
+    B: rank x width), as jina's LoRAParametrization lays them out."""
+    import torch
+
+    plain: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for name, tensor in tensors.items():
+        found = _PARAMETRIZED.fullmatch(name)
+        if found is None:
+            plain[name] = tensor
+        else:
+            groups.setdefault(found["module"], {})[found["part"]] = tensor
+    for module, parts in sorted(groups.items()):
+        if "original" not in parts:
+            raise ExportError(
+                f"weight {module}.parametrizations.weight.0.lora_A has no "
+                f"{module}.parametrizations.weight.original beside it"
+            )
+        weight = parts["original"]
+        if chosen is not None:
+            assert adapters is not None
+            if "0.lora_A" not in parts or "0.lora_B" not in parts:
+                raise ExportError(f"weight {module}: adapter {chosen!r} asked for, no lora_A/B")
+            index = adapters.names.index(chosen)
+            a, b = (parts[f"0.lora_{x}"] for x in "AB")
+            if a.shape[0] != len(adapters.names) or b.shape[0] != len(adapters.names):
+                raise ExportError(
+                    f"weight {module}: lora_A {tuple(a.shape)} / lora_B {tuple(b.shape)} do "
+                    f"not hold {len(adapters.names)} adapters (lora_adaptations)"
+                )
+            a, b = a[index].to(torch.float32), b[index].to(torch.float32)
+            update = a @ b if module.endswith("_embeddings") else b @ a
+            if update.shape != weight.shape:
+                raise ExportError(
+                    f"weight {module}: the LoRA update {tuple(update.shape)} does not fit the "
+                    f"weight {tuple(weight.shape)}"
+                )
+            # In float32 whatever the checkpoint's dtype: a bf16 sum would round the update away.
+            weight = weight.to(torch.float32) + update * adapters.scaling
+        plain[f"{module}.weight"] = weight
+    return plain
+
+
+def _adapter_prompts(staged: Path, source: Path, adapters: Adapters, chosen: str) -> None:
+    """The chosen task's instruction becomes the default prompt, as `encode(task=...)` puts
+    it before every text; the checkpoint's own prompts are kept."""
+    instruction = adapters.instructions.get(chosen, "")
+    if not instruction:
+        return
+    st_config: dict[str, Any] = {}
+    if (source / _ST_CONFIG).is_file():
+        st_config = json.loads((source / _ST_CONFIG).read_text(encoding="utf-8"))
+    st_config["prompts"] = {**(st_config.get("prompts") or {}), chosen: instruction}
+    st_config["default_prompt_name"] = chosen
+    target = staged / _ST_CONFIG
+    target.unlink(missing_ok=True)
+    target.write_text(json.dumps(st_config, indent=2))
+
+
 # Files a native copy must not link: rewritten, or code the native class replaces.
 _REPLACED = re.compile(r"config\.json|.*\.(safetensors|bin|py)|model\.safetensors\.index\.json")
 
 
-def stage_native(path: Path, parent: Path) -> Path | None:
+def stage_native(path: Path, parent: Path, *, adapter: str | None = None) -> Path | None:
     """A native copy of the checkpoint at `path` in a new folder under `parent` (the caller
-    removes it), or None when the checkpoint is already in a layout transformers reads."""
+    removes it), or None when the checkpoint is already in a layout transformers reads.
+    `adapter` names the task LoRA adapter to merge (jina-embeddings-v3; None: none)."""
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None  # read_checkpoint reports a missing or broken config.json
     layout = detect(config)
     if layout is None:
+        if adapter is not None:
+            raise ExportError(f"--adapter {adapter}: {path} has no task LoRA adapters")
         return None
     from safetensors.torch import save_file
 
+    adapters = read_adapters(config) if layout.adapters else None
+    chosen = choose_adapter(adapters, adapter, path)
     native = native_config(layout, config)
-    weights = native_state_dict(layout, _read_weights(path), native)
+    weights = native_state_dict(layout, merge_lora(_read_weights(path), adapters, chosen), native)
     staged = Path(tempfile.mkdtemp(dir=parent, prefix=".tei-export-native-"))
     try:
         (staged / "config.json").write_text(json.dumps(native, indent=2))
@@ -425,6 +647,8 @@ def stage_native(path: Path, parent: Path) -> Path | None:
         for entry in path.iterdir():
             if not _REPLACED.fullmatch(entry.name):
                 (staged / entry.name).symlink_to(entry.resolve())
+        if adapters is not None and chosen is not None:
+            _adapter_prompts(staged, path, adapters, chosen)
     except OSError as e:
         import shutil
 

@@ -25,6 +25,8 @@ class ResolvedSource(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
     revision: str | None
     commit_sha: str | None
+    adapter: str | None = None
+    """The task LoRA adapter merged into a staged native copy (hub_layouts), if any."""
 
 
 def resolve(

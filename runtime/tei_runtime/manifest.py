@@ -50,6 +50,8 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Hub id or the local folder the artifact was exported from."""
     revision: str | None = None
     commit_sha: str | None = None
+    adapter: str | None = None
+    """The task LoRA adapter merged into the weights (jina-embeddings-v3), if any."""
 
 
 class Validation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

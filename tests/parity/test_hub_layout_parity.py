@@ -16,7 +16,9 @@ from support.tiny_encoders import (
     COMMON,
     GTE_NTK_FACTOR,
     GTE_THETA,
+    JINA_V3_INSTRUCTIONS,
     build_hub_layout,
+    build_jina_v3_published,
     ntk_inv_freq,
 )
 from tei_export.errors import ExportError
@@ -143,4 +145,91 @@ def test_unmappable_published_setting_is_named(tmp_path: Path) -> None:
     (checkpoint / "config.json").write_text(json.dumps(config))
     with pytest.raises(ExportError, match="rotary_emb_interleaved=True"):
         stage_native(checkpoint, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+# -- jina-embeddings-v3: its published layout, with one task LoRA adapter merged ----------------
+
+
+def _prefixed_reference(checkpoint: Path, model: Any, prefix: str) -> np.ndarray:
+    """The model on `prefix + text`, one unpadded text at a time, mean-pooled, normalised."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+    rows = []
+    with torch.no_grad():
+        for text in TEXTS:
+            tokens = model(**tokenizer(prefix + text, return_tensors="pt")).last_hidden_state[0]
+            vector = tokens.mean(dim=0)
+            rows.append((vector / vector.norm()).numpy())
+    return np.stack(rows)
+
+
+def test_jina_v3_with_an_adapter_matches_that_task_and_prompts_its_instruction(
+    tmp_path: Path,
+) -> None:
+    from tei_export.api import export_model
+
+    checkpoint, base, with_adapter = build_jina_v3_published(tmp_path / "ck")
+    artifact = export_model(str(checkpoint), tmp_path / "art", adapter="retrieval.query",
+                            quiet=True)  # fmt: skip
+    manifest = read_manifest(artifact)
+    assert manifest.model_type == "jina_embeddings_v3"
+    assert manifest.source.adapter == "retrieval.query"
+    instruction = JINA_V3_INSTRUCTIONS["retrieval.query"]
+    assert manifest.prompts.default_prompt_name == "retrieval.query"
+    assert manifest.prompts.prompts["retrieval.query"] == instruction
+    reference = _prefixed_reference(checkpoint, with_adapter("retrieval.query"), instruction)
+    _assert_matches(artifact, reference)
+    # The adapter matters: the base weights on the same prompted texts are far from it.
+    unadapted = _prefixed_reference(checkpoint, base, instruction)
+    assert (unadapted * reference).sum(-1).min() < 0.999
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["art", "ck"]
+
+
+def test_jina_v3_without_an_adapter_is_the_base_model(tmp_path: Path) -> None:
+    """No --adapter: the base weights (jina's `encode(task=None)`), no prompt; the checkpoint
+    published without a pooler exports too (the pooler is never in the graph)."""
+    from tei_export.api import export_model
+
+    checkpoint, base, _ = build_jina_v3_published(tmp_path / "ck", with_pooler=False)
+    artifact = export_model(str(checkpoint), tmp_path / "art", quiet=True)
+    manifest = read_manifest(artifact)
+    assert manifest.source.adapter is None
+    assert manifest.prompts.default_prompt_name is None
+    _assert_matches(artifact, _prefixed_reference(checkpoint, base, ""))
+
+
+def test_jina_v3_adapter_without_instruction_sets_no_prompt(tmp_path: Path) -> None:
+    import torch
+    import transformers
+
+    checkpoint, _, with_adapter = build_jina_v3_published(tmp_path / "ck")
+    staged = stage_native(checkpoint, tmp_path, adapter="text-matching")
+    assert staged is not None
+    assert not (staged / "config_sentence_transformers.json").exists() or (
+        "default_prompt_name" not in json.loads(
+            (staged / "config_sentence_transformers.json").read_text())
+    )  # fmt: skip
+    loaded = transformers.AutoModel.from_pretrained(str(staged)).eval()
+    expected = with_adapter("text-matching")
+    for name, weight in expected.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], weight, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("adapter", "message"),
+    [("retrieval", r"has the adapters retrieval\.query, retrieval\.passage"),
+     ("text-matching", r"has no task LoRA adapters")],
+)  # fmt: skip
+def test_unknown_or_impossible_adapter_is_refused(
+    tmp_path: Path, adapter: str, message: str
+) -> None:
+    if adapter == "text-matching":  # a checkpoint with no adapters at all
+        checkpoint, _ = build_hub_layout(tmp_path / "ck", "nomic_bert")
+    else:
+        checkpoint, _, _ = build_jina_v3_published(tmp_path / "ck")
+    with pytest.raises(ExportError, match=message):
+        stage_native(checkpoint, tmp_path, adapter=adapter)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]

@@ -312,3 +312,148 @@ def build_remote_code_checkpoint(dest: Path, *, st_pooling: str | None = "mean")
     if st_pooling is not None:
         _write_sentence_transformers(dest, st_pooling, None, None)
     return dest
+
+
+# jinaai/jina-embeddings-v3's published layout: model_type "xlm-roberta" with rotary positions,
+# fused Wqkv, and every Linear and Embedding weight stored as a parametrization holding five
+# task LoRA adapters (facts from its xlm-roberta-flash-implementation code).
+JINA_V3_AUTO_MAP = {
+    "AutoConfig": "jinaai/xlm-roberta-flash-implementation--configuration_xlm_roberta."
+    "XLMRobertaFlashConfig",
+    "AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_lora.XLMRobertaLoRA",
+}
+JINA_V3_ADAPTERS = (
+    "retrieval.query", "retrieval.passage", "separation", "classification", "text-matching",
+)  # fmt: skip
+JINA_V3_INSTRUCTIONS = {
+    "retrieval.query": "Represent the query for retrieving evidence documents: ",
+    "retrieval.passage": "Represent the document for retrieval: ",
+    "separation": "",
+    "classification": "",
+    "text-matching": "",
+}
+JINA_V3_THETA = 20000.0
+JINA_V3_RANK = 4
+JINA_V3_ALPHA = 1.0
+
+
+def jina_v3_published_config(vocab_size: int) -> dict[str, Any]:
+    return {
+        "model_type": "xlm-roberta",
+        "architectures": ["XLMRobertaModel"],
+        "auto_map": JINA_V3_AUTO_MAP,
+        "vocab_size": vocab_size,
+        **COMMON,
+        "hidden_act": "gelu",
+        "type_vocab_size": 1,
+        "layer_norm_eps": 1e-5,
+        "pad_token_id": PAD,
+        "bos_token_id": CLS,
+        "eos_token_id": SEP,
+        "position_embedding_type": "rotary",
+        "rotary_emb_base": JINA_V3_THETA,
+        "use_flash_attn": True,
+        "load_trained_adapters": True,
+        "lora_adaptations": list(JINA_V3_ADAPTERS),
+        "task_instructions": JINA_V3_INSTRUCTIONS,
+        "lora_rank": JINA_V3_RANK,
+        "lora_alpha": JINA_V3_ALPHA,
+        "lora_dropout_p": 0.0,
+        "lora_main_params_trainable": False,
+        "emb_pooler": None,
+        "matryoshka_dimensions": [8, 16, 32],
+        "truncate_dim": None,
+    }
+
+
+def _jina_v3_native_modules(i: int | None) -> dict[str, tuple[str, ...]]:
+    """Published module -> the native weights it holds (several: fused along dim 0)."""
+    if i is None:
+        return {
+            "embeddings.word_embeddings": ("embeddings.word_embeddings",),
+            "embeddings.token_type_embeddings": ("embeddings.token_type_embeddings",),
+            "pooler.dense": ("pooler.dense",),
+        }
+    src, dst = f"layers.{i}.", f"encoder.layers.{i}."
+    return {
+        dst + "mixer.Wqkv": tuple(src + f"self_attn.{x}_proj" for x in "qkv"),
+        dst + "mixer.out_proj": (src + "self_attn.o_proj",),
+        dst + "mlp.fc1": (src + "mlp.fc1",),
+        dst + "mlp.fc2": (src + "mlp.fc2",),
+    }
+
+
+def build_jina_v3_published(dest: Path, *, with_pooler: bool = True) -> tuple[Path, Any, Any]:
+    """A checkpoint in jina-embeddings-v3's published layout, the native model it was written
+    from (no adapter), and `with_adapter(name)`: that native model with the named task's LoRA
+    applied projection by projection (the reference an export with --adapter must match)."""
+    import copy
+
+    import torch
+    from safetensors.torch import save_file
+
+    model = tiny_model(
+        "jina_embeddings_v3", type_vocab_size=1, layer_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": JINA_V3_THETA},
+    )  # fmt: skip
+    state = model.state_dict()
+    count = len(JINA_V3_ADAPTERS)
+    generator = torch.Generator().manual_seed(7)
+    published: dict[str, Any] = {}
+    lora: dict[str, tuple[Any, Any]] = {}
+    modules: dict[str, tuple[str, ...]] = {}
+    for i in (None, *range(COMMON["num_hidden_layers"])):
+        modules.update(_jina_v3_native_modules(i))
+    for module, natives in modules.items():
+        if module.startswith("pooler.") and not with_pooler:
+            continue
+        weight = torch.cat([state[n + ".weight"] for n in natives], dim=0)
+        published[f"roberta.{module}.parametrizations.weight.original"] = weight
+        rows, cols = weight.shape
+        if module.endswith("_embeddings"):  # A: rows x rank, B: rank x width
+            a = torch.randn(count, rows, JINA_V3_RANK, generator=generator) * 0.3
+            b = torch.randn(count, JINA_V3_RANK, cols, generator=generator) * 0.3
+        else:  # A: rank x in, B: out x rank
+            a = torch.randn(count, JINA_V3_RANK, cols, generator=generator) * 0.3
+            b = torch.randn(count, rows, JINA_V3_RANK, generator=generator) * 0.3
+        published[f"roberta.{module}.parametrizations.weight.0.lora_A"] = a
+        published[f"roberta.{module}.parametrizations.weight.0.lora_B"] = b
+        lora[module] = (a, b)
+        if natives[0] + ".bias" in state:
+            published[f"roberta.{module}.bias"] = torch.cat(
+                [state[n + ".bias"] for n in natives], dim=0
+            )
+    for p in ("weight", "bias"):
+        published[f"roberta.emb_ln.{p}"] = state[f"embeddings.LayerNorm.{p}"]
+        for i in range(COMMON["num_hidden_layers"]):
+            published[f"roberta.encoder.layers.{i}.norm1.{p}"] = state[
+                f"layers.{i}.post_attention_layernorm.{p}"
+            ]
+            published[f"roberta.encoder.layers.{i}.norm2.{p}"] = state[
+                f"layers.{i}.post_mlp_layernorm.{p}"
+            ]
+
+    def with_adapter(name: str) -> Any:
+        index = JINA_V3_ADAPTERS.index(name)
+        adapted = copy.deepcopy(model)
+        weights = dict(adapted.named_parameters())
+        scale = JINA_V3_ALPHA / JINA_V3_RANK
+        with torch.no_grad():
+            for module, (a, b) in lora.items():
+                natives = modules[module]
+                if module.endswith("_embeddings"):
+                    weights[natives[0] + ".weight"].add_(a[index] @ b[index] * scale)
+                    continue
+                # Fused Wqkv: each projection gets its own rows of B, times the shared A.
+                for part, native in zip(b[index].chunk(len(natives), dim=0), natives,
+                                        strict=True):  # fmt: skip
+                    weights[native + ".weight"].add_(part @ a[index] * scale)
+        return adapted.eval()
+
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "config.json").write_text(json.dumps(jina_v3_published_config(len(_vocab())), indent=2))
+    save_file({k: v.contiguous() for k, v in published.items()}, str(dest / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    write_tokenizer(dest)
+    _write_sentence_transformers(dest, "mean", None, None)
+    return dest, model, with_adapter

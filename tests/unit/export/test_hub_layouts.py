@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tei_export.errors import ExportError
-from tei_export.hub_layouts import LAYOUTS, detect, native_config, native_weight_names
+from tei_export.hub_layouts import (
+    LAYOUTS,
+    detect,
+    merge_lora,
+    native_config,
+    native_weight_names,
+    read_adapters,
+)
 
 NOMIC = {
     "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "auto_map": {},
@@ -99,3 +106,60 @@ def test_unknown_weight_is_named() -> None:
         native_weight_names(
             LAYOUTS["nomic_bert"], ["encoder.layers.0.attn.rotary_emb.scale"], "NomicBertModel"
         )
+
+
+# -- jina-embeddings-v3: detection and the task LoRA merge ---------------------------------------
+
+_JINA = {"model_type": "xlm-roberta", "architectures": ["XLMRobertaModel"],
+         "position_embedding_type": "rotary", "lora_adaptations": ["a", "b"], "lora_rank": 2,
+         "lora_alpha": 4, "task_instructions": {"a": "Query: ", "b": ""}}  # fmt: skip
+
+
+def test_jina_v3_is_detected_only_with_rotary_positions() -> None:
+    assert detect(_JINA) is LAYOUTS["jina-embeddings-v3"]
+    # plain XLM-RoBERTa (learned absolute positions) is read by transformers as is
+    assert detect({**_JINA, "position_embedding_type": "absolute"}) is None
+
+
+def test_merge_lora_adds_the_chosen_adapter_scaled() -> None:
+    import torch
+
+    adapters = read_adapters(_JINA)
+    assert adapters is not None and adapters.scaling == 2.0
+    weight, embedding = torch.randn(6, 3), torch.randn(5, 3)
+    a, b = torch.randn(2, 2, 3), torch.randn(2, 6, 2)  # Linear: A rank x in, B out x rank
+    ea, eb = torch.randn(2, 5, 2), torch.randn(2, 2, 3)  # Embedding: A rows x rank, B rank x w
+    tensors = {
+        "l.parametrizations.weight.original": weight, "l.parametrizations.weight.0.lora_A": a,
+        "l.parametrizations.weight.0.lora_B": b, "l.bias": torch.ones(6),
+        "e_embeddings.parametrizations.weight.original": embedding,
+        "e_embeddings.parametrizations.weight.0.lora_A": ea,
+        "e_embeddings.parametrizations.weight.0.lora_B": eb,
+    }  # fmt: skip
+    merged = merge_lora(tensors, adapters, "b")
+    assert sorted(merged) == ["e_embeddings.weight", "l.bias", "l.weight"]
+    torch.testing.assert_close(merged["l.weight"], weight + 2.0 * b[1] @ a[1])
+    torch.testing.assert_close(merged["e_embeddings.weight"], embedding + 2.0 * ea[1] @ eb[1])
+    base = merge_lora(tensors, adapters, None)
+    assert torch.equal(base["l.weight"], weight) and torch.equal(base["e_embeddings.weight"],
+                                                                 embedding)  # fmt: skip
+
+
+def test_merge_lora_names_what_does_not_fit() -> None:
+    import torch
+
+    adapters = read_adapters(_JINA)
+    orphan = {"l.parametrizations.weight.0.lora_A": torch.zeros(2, 2, 3)}
+    with pytest.raises(ExportError, match=r"l\.parametrizations\.weight\.original"):
+        merge_lora(orphan, adapters, None)
+    wrong_shape = {
+        "l.parametrizations.weight.original": torch.zeros(6, 4),
+        "l.parametrizations.weight.0.lora_A": torch.zeros(2, 2, 3),
+        "l.parametrizations.weight.0.lora_B": torch.zeros(2, 6, 2),
+    }
+    with pytest.raises(ExportError, match=r"weight l: the LoRA update \(6, 3\) does not fit"):
+        merge_lora(wrong_shape, adapters, "a")
+    one_adapter = {**wrong_shape, "l.parametrizations.weight.original": torch.zeros(6, 3),
+                   "l.parametrizations.weight.0.lora_A": torch.zeros(1, 2, 3)}  # fmt: skip
+    with pytest.raises(ExportError, match="do not hold 2 adapters"):
+        merge_lora(one_adapter, adapters, "a")
