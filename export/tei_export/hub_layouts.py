@@ -99,6 +99,14 @@ _NOMIC_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
 
 def _nomic_config(config: dict[str, Any]) -> dict[str, Any]:
     layout = "nomic_bert"
+    if config.get("moe_every_n_layers") or config.get("num_experts"):
+        # nomic-embed-text-v2-moe: transformers' nomic_bert has no expert layers.
+        raise ExportError(
+            f"config.json ({layout} layout): mixture-of-experts layers (num_experts="
+            f"{config.get('num_experts')}, moe_every_n_layers={config.get('moe_every_n_layers')})"
+            f" have no counterpart in transformers' native nomic_bert class; "
+            f"nomic-embed-text-v2-moe cannot be exported"
+        )
     # The defaults are those of nomic's own config class, for keys a config.json may omit.
     _expect(config, "rotary_emb_fraction", 1.0, 0.0, layout)
     _expect(config, "rotary_emb_interleaved", False, False, layout)

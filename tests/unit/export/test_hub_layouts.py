@@ -63,6 +63,8 @@ def test_gte_fixed_ntk_becomes_linear_scaling_of_the_scaled_base() -> None:
         ("nomic_bert", {**NOMIC, "rotary_emb_fraction": 0.5}, "rotary_emb_fraction=0.5"),
         ("nomic_bert", {**NOMIC, "qkv_proj_bias": True}, "qkv_proj_bias=True"),
         ("nomic_bert", {k: v for k, v in NOMIC.items() if k != "n_inner"}, "'n_inner'"),
+        ("nomic_bert", {**NOMIC, "moe_every_n_layers": 2, "num_experts": 8, "moe_top_k": 2},
+         "mixture-of-experts layers .*nomic-embed-text-v2-moe cannot be exported"),
         ("new", {**GTE, "rope_scaling": {"type": "dynamic", "factor": 2}}, "rope_scaling"),
         ("new", {**GTE, "architectures": ["NewForTokenClassification"]},
          "NewForTokenClassification has no native mapping"),
