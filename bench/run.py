@@ -83,6 +83,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="skip `python -m bench.profile` after each model (run by default on full CPU "
+        "runs: where a batch's time goes, <out>/<model>/profile.md)",
+    )
     return p.parse_args(argv)  # fmt: skip
 
 
@@ -431,6 +437,26 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
     )
 
 
+def _profile(bm: BenchModel, opts: Options, out: Path) -> None:
+    """bench.profile on the artifact just measured, in its own process (a 0.6B model's
+    sessions hold GBs); fewer repeats for the big shapes, whose 512-token batches take
+    minutes."""
+    artifact = _artifact(opts.artifact, _checkpoint(bm, opts.checkpoint, opts.cache),
+                         opts.cache, opts.dtypes)  # fmt: skip
+    dtypes = [d for d in opts.dtypes if d in ("float32", "int8")]
+    lengths = timed_lengths(bm, opts.lengths)
+    repeats = "3" if bm.key == "minilm" else "1"
+    t = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "bench.profile", "--models", bm.key, "--artifact", str(artifact),
+         "--dtypes", ",".join(dtypes), "--lengths", ",".join(lengths), "--repeats", repeats,
+         "--out", str(out)],
+        cwd=REPO, env=clean_env(), check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    print(f"bench: {bm.key} profile took {time.monotonic() - t:.0f}s; wrote "
+          f"{out / bm.key / 'profile.md'}", flush=True)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _args(argv)
@@ -474,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run)
         print(f"bench: {key} took {time.monotonic() - t:.0f}s; wrote "
               + ", ".join(str(p) for p in paths), flush=True)  # fmt: skip
+        if not (args.quick or args.no_profile or args.device != "cpu"):
+            _profile(MODELS[key], opts, args.out)
     summary = report.write_summary(results, args.out)
     print(f"bench: wrote {summary}")
     return 0

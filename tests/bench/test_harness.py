@@ -96,3 +96,24 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
     except ImportError:
         return
     assert (out / "chart.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_profile_writes_its_tables(tmp_path: Path) -> None:
+    """`python -m bench.profile` on a tiny exported model: both tables, every row."""
+    from support.tiny_models import build_checkpoint
+    from tei_export.api import export_model
+
+    checkpoint = build_checkpoint(tmp_path / "ck", "bert", st_pooling="mean")
+    artifact = export_model(str(checkpoint), tmp_path / "art", precisions=["fp32"], quiet=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.profile", "--artifact", str(artifact), "--dtypes",
+         "float32", "--lengths", "short,mixed", "--batch", "8", "--repeats", "1", "--out",
+         str(tmp_path / "out")],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = (tmp_path / "out" / "minilm" / "profile.md").read_text()
+    assert "## Where an embed call's time goes" in text
+    assert "| short | model.fp32" in text and "| mixed | model.fp32" in text
+    assert "- mixed, model.fp32" in text and "MatMul" in text

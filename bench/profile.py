@@ -1,0 +1,288 @@
+"""`python -m bench.profile`: where a batch's time goes, to say why a target is missed.
+
+For one model's artifact (the bench's cached export, or `--artifact`) and each length pool, one
+batch of `--batch` texts through `tei_runtime`, in-process, per variant the runtime picks on
+this host (fp32 and int8):
+
+- the split of `Model.embed`'s wall time: tokenization, `Session.run` (the runtime's own
+  backend call, timed in place) and the rest (feeds, pooling, stacking, normalising);
+- padding: the batch's real tokens against the padded tokens of the runtime's length-sorted
+  pieces, and against one forward padded to the batch's longest text (what an engine that
+  neither sorts nor cuts pays, fastembed for one);
+- onnxruntime's op-level profile (`SessionOptions.enable_profiling`) of the same pieces, with
+  the runtime's session options and graph: time by op type, warm-up runs left out.
+
+Medians over `--repeats`. Writes `<out>/<model>/profile.md` (and prints it). The HTTP side of a
+miss (the event loop and tokenizer threads against onnxruntime's on few cores) is the
+serve-vs-runtime ratio of the same cell in results.md, not measured again here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bench.models import MODEL_KEYS, MODELS
+from bench.procs import loadavg, machine
+from bench.texts import make_pools
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+DEFAULT_CACHE = REPO / "bench" / ".cache"
+TOP_OPS = 8
+
+
+class Padding(msgspec.Struct, frozen=True, kw_only=True):
+    real: int
+    """Tokens of the texts themselves (special tokens included)."""
+    packed: int
+    """Padded tokens of the runtime's pieces (longest x count, summed)."""
+    pieces: int
+    longest_padded: int
+    """One forward of every text padded to the longest."""
+
+    @property
+    def packed_waste(self) -> float:
+        return 1 - self.real / self.packed if self.packed else 0.0
+
+    @property
+    def longest_waste(self) -> float:
+        return 1 - self.real / self.longest_padded if self.longest_padded else 0.0
+
+
+def padding(lengths: Sequence[int], groups: Sequence[Sequence[int]]) -> Padding:
+    """Padding of `groups` (index lists into `lengths`, the runtime's pieces)."""
+    packed = sum(max(lengths[i] for i in g) * len(g) for g in groups if g)
+    return Padding(
+        real=sum(lengths),
+        packed=packed,
+        pieces=len([g for g in groups if g]),
+        longest_padded=max(lengths, default=0) * len(lengths),
+    )
+
+
+class OpShare(msgspec.Struct, frozen=True, kw_only=True):
+    op: str
+    ms_per_batch: float
+    share: float
+
+
+def op_shares(events: Sequence[dict[str, Any]], warmup_runs: int, batches: int) -> list[OpShare]:
+    """Node time by op type from an onnxruntime profile (its JSON events), per batch.
+
+    `warmup_runs` Session.run calls come first and are left out (first-run allocations);
+    `batches` is how many whole batches the rest covers.
+    """
+    runs = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e["name"] == "model_run")
+    if len(runs) <= warmup_runs:
+        return []
+    since = runs[warmup_runs]
+    totals: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("cat") == "Node" and e["ts"] >= since and e["name"].endswith("_kernel_time"):
+            totals[str(e.get("args", {}).get("op_name", "?"))] += float(e["dur"])
+    whole = sum(totals.values())
+    if not whole:
+        return []
+    ranked = sorted(totals.items(), key=lambda kv: kv[1], reverse=True)
+    return [
+        OpShare(op=op, ms_per_batch=us / 1000 / max(batches, 1), share=us / whole)
+        for op, us in ranked
+    ]
+
+
+class Split(msgspec.Struct, frozen=True, kw_only=True):
+    total_ms: float
+    tokenize_ms: float
+    session_ms: float
+
+    @property
+    def other_ms(self) -> float:
+        return max(self.total_ms - self.tokenize_ms - self.session_ms, 0.0)
+
+
+def _timed(fn: Callable[..., Any], spent: list[float]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - started)
+
+    return wrapper
+
+
+def split(model: Any, texts: list[str], repeats: int) -> Split:
+    """Medians of `repeats` embed calls, the backend's run timed in place."""
+    session_spent: list[float] = []
+    backend = model._backend
+    original = backend.run
+    backend.run = _timed(original, session_spent)
+    totals, tokenize, sessions = [], [], []
+    try:
+        model.embed(texts)  # warm-up: first-shape allocations
+        for _ in range(repeats):
+            started = time.perf_counter()
+            model.encode(texts, truncate=True)
+            tokenize.append(time.perf_counter() - started)
+            session_spent.clear()
+            started = time.perf_counter()
+            model.embed(texts)
+            totals.append(time.perf_counter() - started)
+            sessions.append(sum(session_spent))
+    finally:
+        backend.run = original
+    return Split(
+        total_ms=statistics.median(totals) * 1000,
+        tokenize_ms=statistics.median(tokenize) * 1000,
+        session_ms=statistics.median(sessions) * 1000,
+    )
+
+
+def profile_ops(model: Any, texts: list[str], repeats: int, work: Path) -> list[OpShare]:
+    """The runtime's pieces of `texts` through a profiling session on the same graph."""
+    import onnxruntime as ort
+
+    from tei_runtime.packing import length_sorted_groups
+    from tei_runtime.session import session_options
+
+    encodings = model.encode(texts, truncate=True)
+    groups = length_sorted_groups([len(e) for e in encodings], model.packing)
+    feeds = [model._feeds([encodings[i] for i in g])[0] for g in groups]
+    options = session_options(model.choice)
+    options.enable_profiling = True
+    options.profile_file_prefix = str(work / "ort-profile")
+    session = ort.InferenceSession(
+        str(model.artifact_dir / model.variant.file),
+        sess_options=options,
+        providers=model.choice.providers,
+    )
+    outputs = [session.get_outputs()[0].name]
+    for feed in feeds:  # warm-up
+        session.run(outputs, feed)
+    for _ in range(repeats):
+        for feed in feeds:
+            session.run(outputs, feed)
+    path = Path(session.end_profiling())
+    events = json.loads(path.read_text())
+    path.unlink(missing_ok=True)
+    return op_shares(events, warmup_runs=len(feeds), batches=repeats)
+
+
+class Row(msgspec.Struct, frozen=True, kw_only=True):
+    length: str
+    dtype: str
+    variant: str
+    texts_per_s: float
+    split: Split
+    padding: Padding
+    ops: list[OpShare]
+
+
+def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: list[str],
+          batch: int, repeats: int) -> list[Row]:  # fmt: skip
+    import tei_runtime
+    from tei_runtime.packing import length_sorted_groups
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tei-bench-profile-") as tmp:
+        for dtype in dtypes:
+            model = tei_runtime.load(artifact, device="cpu", dtype=dtype)
+            for length in lengths:
+                texts = pools[length].texts[:batch]
+                encodings = model.encode(texts, truncate=True)
+                sizes = [len(e) for e in encodings]
+                pad = padding(sizes, length_sorted_groups(sizes, model.packing))
+                spent = split(model, texts, repeats)
+                ops = profile_ops(model, texts, repeats, Path(tmp))
+                rows.append(Row(length=length, dtype=dtype, variant=model.variant.file,
+                                texts_per_s=len(texts) / (spent.total_ms / 1000),
+                                split=spent, padding=pad, ops=ops))  # fmt: skip
+                print(f"  {length} {dtype}: {rows[-1].texts_per_s:.1f} texts/s", flush=True)
+    return rows
+
+
+def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int,
+           load: tuple[list[float], list[float]]) -> str:  # fmt: skip
+    out = [
+        f"# Profile: {model_name}, batch {batch}, in-process `tei_runtime`",
+        "",
+        f"Host: {host}. Load average before {load[0]}, after {load[1]}. Medians of {repeats} "
+        "repeats after a warm-up. `python -m bench.profile` (bench/profile.py) wrote this.",
+        "",
+        "## Where an embed call's time goes",
+        "",
+        "| length | variant | texts/s | ms/batch | tokenize | Session.run | other | pieces "
+        "| padding (runtime's pieces) | padding (one forward, longest) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        s, p = r.split, r.padding
+        out.append(
+            f"| {r.length} | {r.variant} | {r.texts_per_s:.1f} | {s.total_ms:.1f} "
+            f"| {s.tokenize_ms / s.total_ms:.0%} | {s.session_ms / s.total_ms:.0%} "
+            f"| {s.other_ms / s.total_ms:.0%} | {p.pieces} | {p.packed_waste:.0%} "
+            f"| {p.longest_waste:.0%} |"
+        )
+    out += ["", f"## onnxruntime op time by type (top {TOP_OPS}, share of node time)", ""]
+    for r in rows:
+        ops = ", ".join(f"{o.op} {o.share:.0%} ({o.ms_per_batch:.1f} ms)" for o in r.ops[:TOP_OPS])
+        out.append(f"- {r.length}, {r.variant}: {ops or 'no node events'}")
+    out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    p.add_argument("--models", default="minilm", help=f"comma list of {', '.join(MODEL_KEYS)}")
+    p.add_argument("--lengths", default="", help="comma list (default: the model's own)")
+    p.add_argument("--dtypes", default="float32,int8")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--artifact", type=Path, default=None,
+                   help="artifact of the one model profiled (default: the bench's cached "
+                   "export, made as `python -m bench` makes it)")  # fmt: skip
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    from bench.run import _artifact, _checkpoint  # the bench's own cache keys and exports
+
+    keys = [k for k in args.models.split(",") if k]
+    unknown = set(keys) - set(MODEL_KEYS)
+    if unknown:
+        raise SystemExit(f"unknown models {sorted(unknown)}; known: {', '.join(MODEL_KEYS)}")
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    host_facts = machine({})
+    host = f"{host_facts.cpu}, {host_facts.cores} CPUs, ISA {' '.join(host_facts.isa) or 'none'}"
+    for key in keys:
+        bm = MODELS[key]
+        artifact = args.artifact or _artifact(
+            None, _checkpoint(bm, None, args.cache), args.cache, dtypes
+        )
+        manifest = msgspec.json.decode((artifact / "manifest.json").read_bytes())
+        max_len = min(int(manifest["max_input_length"]), bm.max_tokens)
+        targets = {k: min(v, max_len) for k, v in bm.targets.items()}
+        pools = make_pools(artifact, max(args.batch, 32), max_len, targets)
+        lengths = [x for x in args.lengths.split(",") if x] or [*bm.targets, "mixed"]
+        before = loadavg()
+        print(f"bench.profile: {key} on {host}", flush=True)
+        rows = _rows(artifact, pools, lengths, dtypes, args.batch, args.repeats)
+        text = render(bm.name, host, rows, args.batch, args.repeats, (before, loadavg()))
+        folder = args.out / key
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "profile.md").write_text(text)
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
