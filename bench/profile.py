@@ -182,14 +182,26 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     length: str
     dtype: str
     variant: str
+    texts: int
+    """Texts in the profiled batch (fewer than --batch where --max-batch-tokens cuts it)."""
     texts_per_s: float
     split: Split
     padding: Padding
     ops: list[OpShare]
 
 
+def batch_size(tokens: Sequence[int], batch: int, max_tokens: int | None) -> int:
+    """`batch`, or fewer texts where their padded tokens would pass `max_tokens` (the
+    runtime cuts a CPU batch into pieces of ~1024 tokens anyway, so a few pieces show the
+    same op mix as many)."""
+    if max_tokens is None:
+        return batch
+    longest = max(tokens[:batch], default=1)
+    return max(1, min(batch, max_tokens // max(longest, 1)))
+
+
 def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: list[str],
-          batch: int, repeats: int) -> list[Row]:  # fmt: skip
+          batch: int, repeats: int, max_tokens: int | None) -> list[Row]:  # fmt: skip
     import tei_runtime
     from tei_runtime.packing import length_sorted_groups
 
@@ -198,14 +210,15 @@ def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: lis
         for dtype in dtypes:
             model = tei_runtime.load(artifact, device="cpu", dtype=dtype)
             for length in lengths:
-                texts = pools[length].texts[:batch]
+                pool = pools[length]
+                texts = pool.texts[: batch_size(pool.tokens, batch, max_tokens)]
                 encodings = model.encode(texts, truncate=True)
                 sizes = [len(e) for e in encodings]
                 pad = padding(sizes, length_sorted_groups(sizes, model.packing))
                 spent = split(model, texts, repeats)
                 ops = profile_ops(model, texts, repeats, Path(tmp))
                 rows.append(Row(length=length, dtype=dtype, variant=model.variant.file,
-                                texts_per_s=len(texts) / (spent.total_ms / 1000),
+                                texts=len(texts), texts_per_s=len(texts) / (spent.total_ms / 1000),
                                 split=spent, padding=pad, ops=ops))  # fmt: skip
                 print(f"  {length} {dtype}: {rows[-1].texts_per_s:.1f} texts/s", flush=True)
     return rows
@@ -214,21 +227,21 @@ def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: lis
 def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int,
            load: tuple[list[float], list[float]]) -> str:  # fmt: skip
     out = [
-        f"# Profile: {model_name}, batch {batch}, in-process `tei_runtime`",
+        f"# Profile: {model_name}, batches of up to {batch} texts, in-process `tei_runtime`",
         "",
         f"Host: {host}. Load average before {load[0]}, after {load[1]}. Medians of {repeats} "
         "repeats after a warm-up. `python -m bench.profile` (bench/profile.py) wrote this.",
         "",
         "## Where an embed call's time goes",
         "",
-        "| length | variant | texts/s | ms/batch | tokenize | Session.run | other | pieces "
-        "| padding (runtime's pieces) | padding (one forward, longest) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| length | variant | texts | texts/s | ms/batch | tokenize | Session.run | other "
+        "| pieces | padding (runtime's pieces) | padding (one forward, longest) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         s, p = r.split, r.padding
         out.append(
-            f"| {r.length} | {r.variant} | {r.texts_per_s:.1f} | {s.total_ms:.1f} "
+            f"| {r.length} | {r.variant} | {r.texts} | {r.texts_per_s:.1f} | {s.total_ms:.1f} "
             f"| {s.tokenize_ms / s.total_ms:.0%} | {s.session_ms / s.total_ms:.0%} "
             f"| {s.other_ms / s.total_ms:.0%} | {p.pieces} | {p.packed_waste:.0%} "
             f"| {p.longest_waste:.0%} |"
@@ -248,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", default="float32,int8")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--max-batch-tokens", type=int, default=None,
+                   help="profile fewer texts where a batch would pass this many padded tokens "
+                   "(the big shapes: a 32 x 512 batch of the 0.6B model is minutes)")  # fmt: skip
     p.add_argument("--artifact", type=Path, default=None,
                    help="artifact of the one model profiled (default: the bench's cached "
                    "export, made as `python -m bench` makes it)")  # fmt: skip
@@ -275,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = [x for x in args.lengths.split(",") if x] or [*bm.targets, "mixed"]
         before = loadavg()
         print(f"bench.profile: {key} on {host}", flush=True)
-        rows = _rows(artifact, pools, lengths, dtypes, args.batch, args.repeats)
+        rows = _rows(artifact, pools, lengths, dtypes, args.batch, args.repeats,
+                     args.max_batch_tokens)  # fmt: skip
         text = render(bm.name, host, rows, args.batch, args.repeats, (before, loadavg()))
         folder = args.out / key
         folder.mkdir(parents=True, exist_ok=True)

@@ -445,12 +445,12 @@ def _profile(bm: BenchModel, opts: Options, out: Path) -> None:
                          opts.cache, opts.dtypes)  # fmt: skip
     dtypes = [d for d in opts.dtypes if d in ("float32", "int8")]
     lengths = timed_lengths(bm, opts.lengths)
-    repeats = "3" if bm.key == "minilm" else "1"
+    repeats, cap = ("3", []) if bm.key == "minilm" else ("1", ["--max-batch-tokens", "4096"])
     t = time.monotonic()
     subprocess.run(
         [sys.executable, "-m", "bench.profile", "--models", bm.key, "--artifact", str(artifact),
          "--dtypes", ",".join(dtypes), "--lengths", ",".join(lengths), "--repeats", repeats,
-         "--out", str(out)],
+         "--out", str(out), *cap],
         cwd=REPO, env=clean_env(), check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     print(f"bench: {bm.key} profile took {time.monotonic() - t:.0f}s; wrote "

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bench.profile import op_shares, padding
+from bench.profile import batch_size, op_shares, padding
 
 
 def test_padding_of_pieces_and_of_one_forward() -> None:
@@ -40,3 +40,10 @@ def test_op_shares_leave_out_the_warm_up_and_fences() -> None:
     assert matmul.share == pytest.approx(600 / 800)
     assert matmul.ms_per_batch == pytest.approx(0.3)
     assert op_shares(events, warmup_runs=3, batches=1) == []
+
+
+def test_batch_size_cut_to_the_token_cap() -> None:
+    assert batch_size([512] * 32, 32, None) == 32
+    assert batch_size([512] * 32, 32, 4096) == 8
+    assert batch_size([16] * 32, 32, 4096) == 32
+    assert batch_size([9000], 32, 4096) == 1
