@@ -116,7 +116,7 @@ MODELS = {
 
 def recipe_digest(model: BenchModel, transformers_version: str) -> str:
     """Names the checkpoint folder: a changed config or transformers builds a new one."""
-    blob = json.dumps([model.config, model.pooling, model.decoder, transformers_version, 1],
+    blob = json.dumps([model.config, model.pooling, model.decoder, transformers_version, 2],
                       sort_keys=True)  # fmt: skip
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -167,6 +167,10 @@ def _save_tokenizer(model: BenchModel, dest: Path, wordpiece_dir: Path) -> None:
         )
         cfg["padding_side"] = "left"
         cfg["model_input_names"] = ["input_ids", "attention_mask"]
+        # transformers 5 rebuilds a BertTokenizer's template ([CLS] ... [SEP]) over the
+        # tokenizer.json above: sentence-transformers then saw [CLS] that tei_runtime (like
+        # TEI, reading tokenizer.json) does not, and the 2026-12-04 run's cosines were ~0.3.
+        cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     tok.save(str(dest / "tokenizer.json"))
     (dest / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
     for name in ("vocab.txt", "special_tokens_map.json"):

