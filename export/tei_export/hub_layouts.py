@@ -141,12 +141,17 @@ def _nomic_config(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_GTE_KEPT = (
+_SIZES = (
     "vocab_size",
     "hidden_size",
     "num_hidden_layers",
     "num_attention_heads",
     "intermediate_size",
+)
+"""The config keys every BERT-style published layout must have."""
+# Config keys a BERT-style published layout shares with its native class, as they are.
+_ENCODER_KEPT = (
+    *_SIZES,
     "hidden_act",
     "max_position_embeddings",
     "type_vocab_size",
@@ -156,9 +161,8 @@ _GTE_KEPT = (
     "attention_probs_dropout_prob",
     "classifier_dropout",
     "initializer_range",
-    "id2label",
-    "label2id",
 )
+_GTE_KEPT = (*_ENCODER_KEPT, "id2label", "label2id")
 
 
 def _gte_rope(config: dict[str, Any]) -> dict[str, Any]:
@@ -186,13 +190,7 @@ def _gte_rope(config: dict[str, Any]) -> dict[str, Any]:
 
 def _gte_config(config: dict[str, Any]) -> dict[str, Any]:
     layout = "new"
-    for key in (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-    ):
+    for key in _SIZES:
         _require(config, key, layout)
     _expect(config, "position_embedding_type", "rope", "rope", layout)
     _expect(config, "layer_norm_type", "layer_norm", "layer_norm", layout)
@@ -249,35 +247,12 @@ _GTE_RULES = (
     _rule("classifier.{p}"),
 )
 
-_JINA_V3_KEPT = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "layer_norm_eps",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "classifier_dropout",
-    "initializer_range",
-)
+_JINA_V3_KEPT = (*_ENCODER_KEPT, "bos_token_id", "eos_token_id")
 
 
 def _jina_v3_config(config: dict[str, Any]) -> dict[str, Any]:
     layout = "jina-embeddings-v3"
-    for key in (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-    ):
+    for key in _SIZES:
         _require(config, key, layout)
     _expect(config, "rotary_emb_interleaved", False, False, layout)
     native = {key: config[key] for key in _JINA_V3_KEPT if key in config}
