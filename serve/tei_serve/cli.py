@@ -25,14 +25,14 @@ import uvicorn
 
 from tei_runtime.backend import output_for_task
 from tei_runtime.errors import TeiRuntimeError
-from tei_runtime.manifest import Task
+from tei_runtime.manifest import Manifest, Task
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
 from tei_serve.http.app import build_app
 from tei_serve.low_ports import prepare_bind
 from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import Input, ServedModel
-from tei_serve.model_source import ModelSourceError, resolve
+from tei_serve.model_source import ExportOptions, ModelSourceError, resolve
 from tei_serve.models import LoadedModel, Models, build_models
 from tei_serve.serving import Serving
 from tei_serve.settings import Settings, SettingsError, load_settings
@@ -84,35 +84,40 @@ class ModelLoadError(RuntimeError):
     """One of several models could not load; the text names it."""
 
 
+def export_options(settings: Settings, index: int) -> ExportOptions:
+    """What the index-th --model-id is exported with if it is a checkpoint."""
+    return ExportOptions(
+        pooling=settings.pooling,
+        task=settings.task_of(index),
+        dense_path=settings.dense_path_of(index),
+        adapter=settings.adapter_of(index),
+        trust_remote_code=settings.trust_remote_code,
+    )
+
+
 def load_model(
     settings: Settings,
     model_id: str | None = None,
     *,
     intra_op_threads: int | None = None,
-    task: Task | None = None,
+    options: ExportOptions | None = None,
 ) -> tuple[Model, str]:
-    """Resolve and load one model (`model_id`, default the first --model-id); `task` is its
-    --task (None: detected)."""
+    """Resolve and load one model (`model_id`, default the first --model-id); `options` are
+    what it is exported with on first start (default: the first model's flags)."""
     import tei_runtime
 
+    options = options or export_options(settings, 0)
     artifact, model_id = resolve(
         model_id if model_id is not None else settings.model_id,
         revision=settings.revision,
         token=settings.hf_token,
         cache_dir=settings.huggingface_hub_cache,
-        pooling=settings.pooling,
-        task=task,
+        options=options,
     )
     from tei_runtime.manifest import read_manifest
 
     manifest = read_manifest(artifact)
-    if task is not None and manifest.task is not task:
-        # An artifact (or bundle) was exported already: --task cannot change what it is.
-        raise SettingsError(
-            f"{model_id} is a `{manifest.task.value}` artifact and --task asks for "
-            f"`{task.value}`: export the checkpoint again with `tei-export ... --task "
-            f"{task.value}`, or drop --task"
-        )
+    check_artifact_matches(model_id, manifest, options)
     check_limits(settings, manifest.max_input_length)
     model = tei_runtime.load(
         artifact,
@@ -123,6 +128,25 @@ def load_model(
         cache_dir=None,
     )
     return model, model_id
+
+
+def check_artifact_matches(model_id: str, manifest: Manifest, options: ExportOptions) -> None:
+    """An artifact (or bundle) exported already cannot become another task or adapter."""
+    task = options.task
+    if task is not None and manifest.task is not task:
+        raise SettingsError(
+            f"{model_id} is a `{manifest.task.value}` artifact and --task asks for "
+            f"`{task.value}`: export the checkpoint again with `tei-export ... --task "
+            f"{task.value}`, or drop --task"
+        )
+    merged = manifest.source.adapter
+    if options.adapter is not None and merged != options.adapter:
+        has = f"has the `{merged}` adapter merged" if merged else "has no adapter merged"
+        raise SettingsError(
+            f"{model_id} {has} and --adapter asks for `{options.adapter}`: export the "
+            f"checkpoint again with `tei-export ... --adapter {options.adapter}`, or drop "
+            "--adapter"
+        )
 
 
 def warm_up(model: ServedModel, settings: Settings) -> None:
@@ -170,7 +194,7 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
     for i, wanted in enumerate(ids):
         try:
             model, model_id = load_model(
-                settings, wanted, intra_op_threads=threads, task=settings.task_of(i)
+                settings, wanted, intra_op_threads=threads, options=export_options(settings, i)
             )
             warm_up(model, settings)
         except (ModelSourceError, SettingsError, TeiRuntimeError) as e:

@@ -20,6 +20,8 @@ import os
 import re
 from pathlib import Path
 
+import msgspec
+
 from tei_bundle import artifact_folder, is_bundle_file
 from tei_runtime.manifest import MANIFEST_NAME, Task
 
@@ -30,6 +32,27 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 class ModelSourceError(RuntimeError):
     """--model-id cannot be turned into an artifact; the text tells the operator what to do."""
+
+
+class ExportOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What a checkpoint exported on first start is exported with (None: the exporter's
+    default); each one set is part of the cache key."""
+
+    pooling: str | None = None
+    task: Task | None = None
+    dense_path: str | None = None
+    """The Dense module folder put into the graph (None: modules.json's)."""
+    adapter: str | None = None
+    """The task LoRA adapter merged into the weights (None: the base weights)."""
+    trust_remote_code: bool = False
+
+    def key_parts(self) -> str:
+        """The options after pooling, in the cache key; those left unset add nothing, so
+        exports made before an option existed keep their key."""
+        text = f"\0{self.task.value}" if self.task else ""
+        named = (("dense", self.dense_path), ("adapter", self.adapter))
+        text += "".join(f"\0{name}={value}" for name, value in named if value)
+        return text + ("\0remote-code" if self.trust_remote_code else "")
 
 
 def hub_cache(explicit: str | None) -> Path:
@@ -56,16 +79,17 @@ def default_model_dir() -> Path:
 def cache_key(
     model_id: str,
     revision: str | None,
-    pooling: str | None,
+    options: ExportOptions | None = None,
     *,
     label: str | None = None,
-    task: Task | None = None,
 ) -> str:
-    """`<readable name>-<sha256 of source, revision, pooling, task>`; a folder keys on its
-    path. No task keys as before --task existed, so earlier exports are reused."""
+    """`<readable name>-<sha256 of source, revision, export options>`; a folder keys on its
+    path. Options left at their defaults key as before they existed, so earlier exports
+    are reused."""
+    options = options or ExportOptions()
     path = Path(model_id)
     ident = str(path.resolve()) if path.exists() else model_id
-    source = f"{ident}\0{revision}\0{pooling}" + (f"\0{task.value}" if task else "")
+    source = f"{ident}\0{revision}\0{options.pooling}" + options.key_parts()
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     readable = label or (path.name if path.exists() else model_id)
     name = re.sub(r"[^A-Za-z0-9._-]+", "--", readable)
@@ -78,11 +102,11 @@ def resolve(
     revision: str | None = None,
     token: str | None = None,
     cache_dir: str | None = None,
-    pooling: str | None = None,
-    task: Task | None = None,
+    options: ExportOptions | None = None,
 ) -> tuple[Path, str]:
-    """Return (artifact folder, model id to report in /info); `task` is what a checkpoint
-    exports as (None: detected)."""
+    """Return (artifact folder, model id to report in /info); `options` are what a
+    checkpoint is exported with."""
+    options = options or ExportOptions()
     if not model_id:
         source = default_model_dir()
         reported = DEFAULT_MODEL_ID
@@ -90,13 +114,19 @@ def resolve(
         source_path = Path(model_id)
         if is_bundle_file(source_path) or (source_path / MANIFEST_NAME).is_file():
             # Air-gapped hosts: a bundle never goes near the exporter or the hub.
+            if options.dense_path:
+                log.warning(
+                    "--dense-path %s does nothing for %s: an artifact carries the Dense layers "
+                    "it was exported with (tei-export --dense-path chooses them)",
+                    options.dense_path, model_id,
+                )  # fmt: skip
             bundles = hub_cache(cache_dir) / "tei-onnx" / "bundles"
             return artifact_folder(source_path, bundles), model_id
         source = source_path
         reported = model_id
     name = str(source) if source.exists() else str(model_id)
     root = hub_cache(cache_dir) / "tei-onnx"
-    out = root / cache_key(name, revision, pooling, label=reported, task=task)
+    out = root / cache_key(name, revision, options, label=reported)
     if (out / MANIFEST_NAME).is_file():
         return out, reported
     root.mkdir(parents=True, exist_ok=True)
@@ -104,8 +134,7 @@ def resolve(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / MANIFEST_NAME).is_file():  # another process exported it meanwhile
             return out, reported
-        export(name, out, revision=revision, token=token, cache_dir=cache_dir, pooling=pooling,
-               task=task)  # fmt: skip
+        export(name, out, revision=revision, token=token, cache_dir=cache_dir, options=options)
     return out, reported
 
 
@@ -116,8 +145,7 @@ def export(
     revision: str | None,
     token: str | None,
     cache_dir: str | None,
-    pooling: str | None,
-    task: Task | None = None,
+    options: ExportOptions,
 ) -> Path:
     try:
         from tei_export.api import export_model  # type: ignore[import-untyped,unused-ignore]
@@ -127,14 +155,24 @@ def export(
             f"the exporter: `pip install 'tei-onnx[export]'`, or export it elsewhere with "
             f"`tei-export {model} OUT` and pass --model-id OUT"
         ) from e
+    from tei_export.cards import CardError  # type: ignore[import-untyped,unused-ignore]
+    from tei_export.errors import ExportError  # type: ignore[import-untyped,unused-ignore]
+
     log.info("exporting %s to %s (first start; later starts reuse it)", model, out)
-    result: Path = export_model(
-        model,
-        out,
-        revision=revision,
-        token=token,
-        cache_dir=Path(cache_dir) if cache_dir else None,
-        pooling=pooling,
-        task=task,
-    )
+    try:
+        result: Path = export_model(
+            model,
+            out,
+            revision=revision,
+            token=token,
+            cache_dir=Path(cache_dir) if cache_dir else None,
+            pooling=options.pooling,
+            task=options.task,
+            dense_path=options.dense_path,
+            adapter=options.adapter,
+            trust_remote_code=options.trust_remote_code,
+        )
+    except (ExportError, CardError) as e:
+        # The exporter's own refusals name the flag or file to fix: one line, no traceback.
+        raise ModelSourceError(f"exporting {model} failed: {e}") from e
     return result

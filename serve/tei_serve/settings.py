@@ -25,9 +25,13 @@ log = logging.getLogger("tei_serve")
 
 _SECRETS = frozenset({"hf_token", "api_key"})
 # Flags of TEI's router that are accepted so its command lines start unchanged, and do nothing.
-_COMPATIBILITY_ONLY = ("dense_path", "uds_path")
+_COMPATIBILITY_ONLY = ("uds_path",)
 AUTO_TASK = "auto"
 """--task's value for: detect the task from the architecture (TEI's rule)."""
+AUTO_DENSE = "auto"
+"""--dense-path's value for: the Dense modules modules.json lists (TEI's default)."""
+NO_ADAPTER = "none"
+"""--adapter's value for: the base weights, no task adapter merged."""
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
 
@@ -48,6 +52,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tasks: tuple[str, ...] = ()
     """--task, one per --model-id in the same order (or none): what a checkpoint exported on
     first start becomes; `auto` detects it from the architecture."""
+    dense_paths: tuple[str, ...] = ()
+    """--dense-path, one per --model-id in the same order (or none): the Dense module folder a
+    checkpoint exported on first start puts into its graph; `auto` follows modules.json."""
+    adapters: tuple[str, ...] = ()
+    """--adapter, one per --model-id in the same order (or none): the task LoRA adapter merged
+    into a checkpoint exported on first start (jina-embeddings-v3); `none` keeps the base."""
+    trust_remote_code: bool = False
     max_concurrent_requests: int = 512
     max_batch_tokens: int = 16384
     max_batch_requests: int | None = None
@@ -55,7 +66,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     auto_truncate: bool = True
     default_prompt_name: str | None = None
     default_prompt: str | None = None
-    dense_path: str | None = None
     hf_token: str | None = None
     hostname: str = "0.0.0.0"
     port: int = 3000
@@ -102,6 +112,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if not self.tasks or self.tasks[index] == AUTO_TASK:
             return None
         return Task(self.tasks[index])
+
+    def dense_path_of(self, index: int) -> str | None:
+        """The --dense-path given for the index-th --model-id; None: modules.json's."""
+        if not self.dense_paths or self.dense_paths[index] == AUTO_DENSE:
+            return None
+        return self.dense_paths[index]
+
+    def adapter_of(self, index: int) -> str | None:
+        """The --adapter given for the index-th --model-id; None: the base weights."""
+        if not self.adapters or self.adapters[index] == NO_ADAPTER:
+            return None
+        return self.adapters[index]
 
     def compatibility_only(self) -> list[str]:
         """Flags set to something other than their default that change nothing here."""
@@ -221,7 +243,17 @@ _OPTIONS: tuple[_Option, ...] = (
             optional_value=True),
     _Option("--default-prompt-name", str, "Prompt name applied when a request names none."),
     _Option("--default-prompt", str, "Raw prompt prefix applied when a request names none."),
-    _Option("--dense-path", str, "Accepted for compatibility; Dense layers are in the graph."),
+    _Option("--dense-path", str, "The Dense module folder (e.g. 2_Dense_1024) a checkpoint "
+            "exported on first start puts into its graph; auto (the default) follows "
+            "modules.json, as TEI does. With several models repeat it in --model-id order.",
+            multiple=True, field="dense_paths"),
+    _Option("--adapter", str, "The task LoRA adapter merged into a checkpoint exported on "
+            "first start (jina-embeddings-v3: retrieval.query, retrieval.passage, separation, "
+            "classification, text-matching); none (the default) keeps the base weights. With "
+            "several models repeat it in --model-id order. Checked against an artifact's own.",
+            multiple=True, field="adapters"),
+    _Option("--trust-remote-code", None, "Let the first-start export run the modeling code a "
+            "checkpoint ships (JinaBERT: jina-embeddings-v2-*); review it first."),
     _Option("--hf-token", str, "Hugging Face token (secret).", aliases=("--hf-api-token",)),
     _Option("--hostname", str, "IP address to listen on."),
     _Option("--port", _port, "Port to listen on.", aliases=("-p",)),
@@ -291,10 +323,17 @@ def _from_env(opt: _Option, raw: str) -> Any:
 
 
 def _check_models(values: dict[str, Any]) -> None:
-    """One --served-model-name and one --task per --model-id (or none), no name twice."""
+    """One --served-model-name, --task, --dense-path and --adapter per --model-id (or none),
+    no name twice."""
     models = max(1, len(values.get("model_ids", [])))
     names = values.get("served_model_names", [])
-    for flag, given in (("--served-model-name", names), ("--task", values.get("tasks", []))):
+    per_model = (
+        ("--served-model-name", names),
+        ("--task", values.get("tasks", [])),
+        ("--dense-path", values.get("dense_paths", [])),
+        ("--adapter", values.get("adapters", [])),
+    )
+    for flag, given in per_model:
         if given and len(given) != models:
             raise SettingsError(
                 f"{flag} is given {len(given)} times for {models} --model-id: give one per "

@@ -13,7 +13,8 @@ from tei_runtime import manifest as manifest_module
 from tei_runtime.manifest import Task
 from tei_serve import cli, model_source
 from tei_serve.cli import check_limits
-from tei_serve.settings import Settings, SettingsError
+from tei_serve.model_source import ExportOptions
+from tei_serve.settings import Settings, SettingsError, load_settings
 
 
 def test_artifact_folder_used_as_is(tmp_path: Path) -> None:
@@ -31,41 +32,113 @@ def test_cached_export_reused(tmp_path: Path) -> None:
 
 
 def test_cache_key_depends_on_revision_and_pooling() -> None:
-    keys = {model_source.cache_key("m", r, p) for r in (None, "v2") for p in (None, "cls")}
+    keys = {
+        model_source.cache_key("m", r, ExportOptions(pooling=p))
+        for r in (None, "v2")
+        for p in (None, "cls")
+    }
     assert len(keys) == 4
 
 
 def test_cache_key_depends_on_the_task_and_keeps_the_old_key_without_one() -> None:
-    keys = {model_source.cache_key("m", None, None, task=t) for t in (None, *Task)}
+    keys = {model_source.cache_key("m", None, ExportOptions(task=t)) for t in (None, *Task)}
     assert len(keys) == 1 + len(Task)
     # Artifacts exported on first start before --task existed are found again.
     old_digest = hashlib.sha256(b"org/model\0None\0None").hexdigest()[:16]
-    assert model_source.cache_key("org/model", None, None) == f"org--model-{old_digest}"
+    assert model_source.cache_key("org/model", None) == f"org--model-{old_digest}"
+    # ... and so are those exported with --task before --dense-path and --adapter existed.
+    old_rerank = hashlib.sha256(b"org/model\0None\0None\0rerank").hexdigest()[:16]
+    rerank_key = model_source.cache_key("org/model", None, ExportOptions(task=Task.RERANK))
+    assert rerank_key == f"org--model-{old_rerank}"
 
 
-def test_task_reaches_the_exporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tasks: list[Task | None] = []
+def test_cache_key_depends_on_dense_path_adapter_and_remote_code() -> None:
+    variants = [
+        ExportOptions(),
+        ExportOptions(dense_path="2_Dense_256"),
+        ExportOptions(dense_path="2_Dense_1024"),
+        ExportOptions(adapter="retrieval.query"),
+        ExportOptions(adapter="retrieval.passage"),
+        ExportOptions(adapter="retrieval.query", task=Task.EMBED),
+        ExportOptions(trust_remote_code=True),
+    ]
+    assert len({model_source.cache_key("m", None, o) for o in variants}) == len(variants)
 
-    def fake_export(model: str, out: Path, *, task: Task | None = None, **_: Any) -> Path:
-        tasks.append(task)
+
+def test_options_reach_the_exporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[ExportOptions] = []
+
+    def fake_export(model: str, out: Path, *, options: ExportOptions, **_: Any) -> Path:
+        seen.append(options)
         out.mkdir(parents=True)
         (out / "manifest.json").write_text("{}")
         return out
 
     monkeypatch.setattr(model_source, "export", fake_export)
     detected, _ = model_source.resolve("org/model", cache_dir=str(tmp_path))
-    reranker, _ = model_source.resolve("org/model", cache_dir=str(tmp_path), task=Task.RERANK)
-    assert tasks == [None, Task.RERANK] and detected != reranker
+    wanted = ExportOptions(task=Task.RERANK, dense_path="2_Dense", adapter="separation")
+    reranker, _ = model_source.resolve("org/model", cache_dir=str(tmp_path), options=wanted)
+    assert seen == [ExportOptions(), wanted] and detected != reranker
+
+
+def test_export_options_follow_the_flags_per_model() -> None:
+    settings = load_settings(
+        ["--model-id", "a", "b", "--dense-path", "auto", "2_Dense_1024", "--adapter",
+         "retrieval.query", "none", "--task", "embed", "auto", "--trust-remote-code",
+         "--pooling", "cls"],
+        env={},
+    )  # fmt: skip
+    assert cli.export_options(settings, 0) == ExportOptions(
+        pooling="cls", task=Task.EMBED, adapter="retrieval.query", trust_remote_code=True
+    )
+    assert cli.export_options(settings, 1) == ExportOptions(
+        pooling="cls", dense_path="2_Dense_1024", trust_remote_code=True
+    )
+    from_env = load_settings([], env={"MODEL_ID": "a,b", "ADAPTER": "none,separation"})
+    assert [cli.export_options(from_env, i).adapter for i in (0, 1)] == [None, "separation"]
+
+
+@pytest.mark.parametrize("flag", ["--dense-path", "--adapter"])
+def test_per_model_flags_need_one_value_per_model(flag: str) -> None:
+    with pytest.raises(SettingsError, match=f"{flag} is given 1 times for 2 --model-id"):
+        load_settings(["--model-id", "a", "b", flag, "x"], env={})
+
+
+def _fake_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: Task, adapter: str | None
+) -> None:
+    source = type("Source", (), {"adapter": adapter})()
+    manifest = type("Manifest", (), {"task": task, "max_input_length": 128, "source": source})()
+    monkeypatch.setattr(cli, "resolve", lambda *_, **__: (tmp_path, "my-artifact"))
+    monkeypatch.setattr(manifest_module, "read_manifest", lambda _: manifest)
 
 
 def test_task_that_an_artifact_is_not_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    manifest = type("Manifest", (), {"task": Task.EMBED, "max_input_length": 128})()
-    monkeypatch.setattr(cli, "resolve", lambda *_, **__: (tmp_path, "my-artifact"))
-    monkeypatch.setattr(manifest_module, "read_manifest", lambda _: manifest)
+    _fake_artifact(tmp_path, monkeypatch, Task.EMBED, None)
     with pytest.raises(SettingsError, match=r"`embed` artifact and --task asks for `rerank`"):
-        cli.load_model(Settings(), "my-artifact", task=Task.RERANK)
+        cli.load_model(Settings(), "my-artifact", options=ExportOptions(task=Task.RERANK))
+
+
+@pytest.mark.parametrize(
+    ("merged", "message"),
+    [(None, "has no adapter merged"), ("separation", "has the `separation` adapter merged")],
+)
+def test_adapter_that_an_artifact_lacks_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, merged: str | None, message: str
+) -> None:
+    _fake_artifact(tmp_path, monkeypatch, Task.EMBED, merged)
+    wanted = ExportOptions(adapter="retrieval.query")
+    with pytest.raises(SettingsError, match=f"{message} and --adapter asks for `retrieval.query`"):
+        cli.load_model(Settings(), "my-artifact", options=wanted)
+
+
+def test_dense_path_on_an_artifact_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "manifest.json").write_text("{}")
+    with caplog.at_level("WARNING", logger="tei_serve"):
+        model_source.resolve(str(tmp_path), options=ExportOptions(dense_path="2_Dense_256"))
+    assert "--dense-path 2_Dense_256 does nothing" in caplog.text
 
 
 def test_missing_exporter_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

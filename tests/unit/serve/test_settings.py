@@ -88,7 +88,8 @@ def test_compat_flags_accepted_and_named_when_set() -> None:
     s = load_settings(["--uds-path", "/tmp/x", "--prometheus-port", "9001", "--disable-spans",
                        "--otlp-endpoint", "http://o:4317", "--dense-path", "2_Dense"], env={})
     assert s.prometheus_port == 9001 and s.disable_spans is True
-    assert s.compatibility_only() == ["--dense-path", "--uds-path"]
+    # --dense-path does something now: it picks the Dense module of a first-start export.
+    assert s.compatibility_only() == ["--uds-path"] and s.dense_path_of(0) == "2_Dense"
     assert load_settings([], env={}).compatibility_only() == []
     assert load_settings([], env={"UDS_PATH": "/x"}).compatibility_only() == ["--uds-path"]
 

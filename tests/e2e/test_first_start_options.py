@@ -1,0 +1,139 @@
+"""`tei-serve` exporting checkpoints on first start with the exporter's choices, per model:
+`--adapter` merges jina-embeddings-v3's task LoRA (its instruction becomes the default prompt)
+and `--dense-path` picks a stella-style `2_Dense_<dims>` module, as TEI's router does. One
+process serves both; each answers over HTTP what the PyTorch reference computes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from support.tiny_encoders import JINA_V3_INSTRUCTIONS, build_jina_v3_published
+from support.tiny_models import add_dense_module, build_checkpoint
+from tei_runtime.manifest import read_manifest
+
+pytestmark = pytest.mark.slow
+
+TEI_SERVE = Path(sys.executable).with_name("tei-serve")
+TEXTS = ["hello", "the quick brown fox jumps over the lazy dog", "numbers 1234567890"]
+ADAPTER = "retrieval.query"
+PASSAGE = "retrieval.passage"
+
+
+def _jina_reference(checkpoint: Path, model: Any, prefix: str) -> np.ndarray:
+    """The adapted native model on one unpadded prompted text at a time, mean-pooled."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+    rows = []
+    with torch.no_grad():
+        for text in TEXTS:
+            tokens = model(**tokenizer(prefix + text, return_tensors="pt")).last_hidden_state[0]
+            vector = tokens.mean(dim=0)
+            rows.append((vector / vector.norm()).numpy())
+    return np.stack(rows)
+
+
+def _stella_reference(checkpoint: Path, dense: str, scratch: Path) -> np.ndarray:
+    """sentence-transformers with modules.json pointing at the chosen Dense module."""
+    from sentence_transformers import SentenceTransformer
+
+    chosen = shutil.copytree(checkpoint, scratch)
+    modules = json.loads((chosen / "modules.json").read_text())
+    for module in modules:
+        if module["type"].endswith("Dense"):
+            module["path"] = dense
+    (chosen / "modules.json").write_text(json.dumps(modules))
+    st = SentenceTransformer(str(chosen), device="cpu")
+    return np.concatenate([st.encode([t], normalize_embeddings=True) for t in TEXTS])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cosines(got: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    return np.asarray((got * reference).sum(-1) / np.linalg.norm(got, axis=-1))
+
+
+def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None:
+    jina, _, with_adapter = build_jina_v3_published(tmp_path / "jina")
+    stella = build_checkpoint(tmp_path / "stella", "bert", st_pooling="mean", dense_out=16)
+    add_dense_module(stella, "2_Dense_8", 8)
+    references = {
+        name: _jina_reference(jina, with_adapter(adapter), JINA_V3_INSTRUCTIONS[adapter])
+        for name, adapter in (("query", ADAPTER), ("passage", PASSAGE))
+    }
+    references["stella"] = _stella_reference(stella, "2_Dense_8", tmp_path / "stella-8")
+
+    port = _free_port()
+    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    for name in ("MODEL_ID", "ADAPTER", "DENSE_PATH", "TASK"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        # The same checkpoint twice, one server name per adapter: retrieval's two sides.
+        [str(TEI_SERVE), "--model-id", str(jina), str(jina), str(stella),
+         "--served-model-name", "query", "passage", "stella",
+         "--adapter", ADAPTER, PASSAGE, "none", "--dense-path", "auto", "auto", "2_Dense_8",
+         "--port", str(port), "--hostname", "127.0.0.1", "--prometheus-port", "0",
+         "--dtype", "float32"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 900
+        while True:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "tei-serve did not become healthy"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        with httpx.Client(base_url=url, timeout=60) as client:
+            served = {}
+            for name in references:
+                r = client.post("/embed", json={"inputs": TEXTS, "model": name})
+                assert r.status_code == 200, r.text
+                served[name] = np.asarray(r.json(), dtype=np.float32)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+    # Each adapter's instruction is its default prompt: the plain texts come back prompted.
+    assert served["stella"].shape == (len(TEXTS), 8)
+    for name, reference in references.items():
+        assert _cosines(served[name], reference).min() >= 0.99999, name
+    assert _cosines(served["query"], served["passage"]).min() < 0.999
+    folders = [p for p in (tmp_path / "cache" / "tei-onnx").iterdir() if p.is_dir()]
+    adapters = sorted(str(read_manifest(p).source.adapter) for p in folders)
+    assert adapters == ["None", PASSAGE, ADAPTER]
+
+
+def test_adapter_asked_of_a_checkpoint_without_adapters_fails_the_start(tmp_path: Path) -> None:
+    checkpoint = build_checkpoint(tmp_path / "plain", "bert", st_pooling="mean")
+    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    env.pop("MODEL_ID", None)
+    done = subprocess.run(
+        [str(TEI_SERVE), "--model-id", str(checkpoint), "--adapter", ADAPTER, "--port",
+         str(_free_port()), "--prometheus-port", "0"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert f"--adapter {ADAPTER}" in done.stderr and "has no task LoRA adapters" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
