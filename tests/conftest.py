@@ -59,3 +59,26 @@ def tiny_splade_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tiny-splade")
     checkpoint = build_checkpoint(root / "checkpoint", "bert", head="masked-lm")
     return _export(checkpoint, root / "artifact", pooling="splade")
+
+
+_BASETEMP = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remember_basetemp(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    request.config.stash[_BASETEMP] = tmp_path_factory.getbasetemp()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    from support.export_report import report_lines
+
+    base = config.stash.get(_BASETEMP, None)
+    lines = report_lines(base) if base is not None else []
+    if lines:
+        terminalreporter.section("artifacts exported in this run: fused ops, validation vs PyTorch")
+        for line in lines:
+            terminalreporter.write_line(line)
