@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.parity_inputs import DTYPES, MIN_COSINE, TEXTS
+from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS
 from support.tiny_encoders import build_remote_code_checkpoint
 from tei_export.errors import ExportError
 from tei_runtime.manifest import Precision, Task, read_manifest
@@ -72,3 +72,37 @@ def test_remote_code_exports_with_the_flag(checkpoint: Path, tmp_path: Path) -> 
         got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
         cosines = (got * reference).sum(-1) / np.linalg.norm(got, axis=-1)
         assert cosines.min() >= MIN_COSINE[precision], (dtype, cosines)
+
+
+def test_remote_code_reranker_head_matches_its_code(tmp_path: Path) -> None:
+    """jina-reranker-v1-* publishes JinaBertForSequenceClassification with one logit: a rerank
+    artifact whose raw scores are the remote code's logits on each unpadded pair."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    import tei_runtime
+    from tei_export.api import export_model
+
+    checkpoint = build_remote_code_checkpoint(tmp_path / "ck", st_pooling=None, reranker=True)
+    artifact = export_model(str(checkpoint), tmp_path / "art", quiet=True, trust_remote_code=True)
+    manifest = read_manifest(artifact)
+    assert (manifest.task, manifest.card) == (Task.RERANK, "jina_bert")
+    for variant in manifest.variants:
+        assert variant.validation.min_cosine >= MIN_COSINE[variant.precision], variant.file
+
+    config = transformers.AutoConfig.from_pretrained(str(checkpoint), trust_remote_code=True)
+    model = transformers.AutoModelForSequenceClassification.from_config(
+        config, trust_remote_code=True
+    ).eval()
+    model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+    with torch.no_grad():
+        expected = np.stack([
+            model(**tokenizer(query, text, return_tensors="pt")).logits[0].numpy()
+            for query, text in PAIRS
+        ])
+    served = tei_runtime.load(artifact, device="cpu")
+    np.testing.assert_allclose(
+        served.predict(PAIRS, raw_scores=True), expected, atol=1e-4, rtol=1e-4
+    )

@@ -276,9 +276,12 @@ JINA_AUTO_MAP = {
 }
 
 
-def build_remote_code_checkpoint(dest: Path, *, st_pooling: str | None = "mean") -> Path:
+def build_remote_code_checkpoint(
+    dest: Path, *, st_pooling: str | None = "mean", reranker: bool = False
+) -> Path:
     """A JinaBERT-style checkpoint (ALiBi, GLU) that ships its own modeling code, as
-    jina-embeddings-v2 does: config.json with model_type "bert" and an auto_map."""
+    jina-embeddings-v2 does: config.json with model_type "bert" and an auto_map. With
+    `reranker`, a one-logit sequence-classification head as jina-reranker-v1-* publishes."""
     import shutil
 
     import torch
@@ -289,8 +292,11 @@ def build_remote_code_checkpoint(dest: Path, *, st_pooling: str | None = "mean")
         shutil.copyfile(source, dest / source.name)
     config = {
         "model_type": "bert",
-        "architectures": ["JinaBertForMaskedLM"],
+        "architectures": [
+            "JinaBertForSequenceClassification" if reranker else "JinaBertForMaskedLM"
+        ],
         "auto_map": JINA_AUTO_MAP,
+        **({"num_labels": 1} if reranker else {}),
         "vocab_size": len(_vocab()),
         **COMMON,
         "type_vocab_size": 2,
@@ -302,13 +308,16 @@ def build_remote_code_checkpoint(dest: Path, *, st_pooling: str | None = "mean")
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     loaded = transformers.AutoConfig.from_pretrained(str(dest), trust_remote_code=True)
     torch.manual_seed(0)
-    model = transformers.AutoModel.from_config(loaded, trust_remote_code=True)
+    auto_class = (
+        transformers.AutoModelForSequenceClassification if reranker else transformers.AutoModel
+    )
+    model = auto_class.from_config(loaded, trust_remote_code=True)
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.02)
     model.save_pretrained(dest)
     (dest / "config.json").write_text(json.dumps(config, indent=2))  # as published, not as saved
-    write_tokenizer(dest)
+    write_tokenizer(dest, token_types=True)  # a BertTokenizer, as jina publishes
     if st_pooling is not None:
         _write_sentence_transformers(dest, st_pooling, None, None)
     return dest
