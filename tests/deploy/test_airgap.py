@@ -14,7 +14,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -25,6 +24,7 @@ import numpy as np
 import pytest
 
 import tei_runtime
+from support.processes import free_port
 from tei_bundle import archive as bundle
 
 HERE = Path(__file__).resolve().parent
@@ -49,12 +49,6 @@ def netns_available() -> bool:
         ["unshare", "-n", "ip", "link", "set", "lo", "up"], capture_output=True, timeout=30
     )
     return probe.returncode == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Offline:
@@ -84,7 +78,7 @@ class Offline:
         return [json.loads(line) for line in self.audit.read_text().splitlines()]
 
     def serve(self, model_id: str, *args: str) -> dict[str, Any]:
-        port = 8080 if netns_available() else _free_port()
+        port = 8080 if netns_available() else free_port()
         result = self.tmp / "result.json"
         texts = self.tmp / "texts.json"
         texts.write_text(json.dumps(TEXTS))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,17 +25,12 @@ import numpy as np
 import pytest
 
 import tei_runtime
+from support.processes import free_port
 from tei_bundle import archive as bundle
 
 HERE = Path(__file__).resolve().parent
 TEI_SERVE = Path(sys.executable).with_name("tei-serve")
 TEXT = "What is Deep Learning?"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _stop_hook_env(write_fd: int) -> dict[str, str]:
@@ -58,7 +52,7 @@ class Server:
         extra_env: dict[str, str] | None = None,
         pass_fds: tuple[int, ...] = (),
     ) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
             **os.environ,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 import httpx
 from conftest import Running
 
+from support.processes import free_port
 from tei_runtime.manifest import Task
 
 
@@ -109,14 +109,8 @@ def test_client_disconnect_drops_entries(serve: Callable[..., Running]) -> None:
     assert r.client.post("/embed", json={"inputs": "e"}).status_code == 200
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "serve_fake.py"), str(tokenizer_json),
          str(port), "0.3"],

@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
+from support.parity_inputs import prefixed_mean_reference
+from support.processes import free_port, wait_for_health
 from support.tiny_encoders import JINA_V3_INSTRUCTIONS, build_jina_v3_published
 from support.tiny_models import add_dense_module, build_checkpoint
 from tei_runtime.manifest import read_manifest
@@ -29,21 +28,6 @@ TEI_SERVE = Path(sys.executable).with_name("tei-serve")
 TEXTS = ["hello", "the quick brown fox jumps over the lazy dog", "numbers 1234567890"]
 ADAPTER = "retrieval.query"
 PASSAGE = "retrieval.passage"
-
-
-def _jina_reference(checkpoint: Path, model: Any, prefix: str) -> np.ndarray:
-    """The adapted native model on one unpadded prompted text at a time, mean-pooled."""
-    import torch
-    import transformers
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
-    rows = []
-    with torch.no_grad():
-        for text in TEXTS:
-            tokens = model(**tokenizer(prefix + text, return_tensors="pt")).last_hidden_state[0]
-            vector = tokens.mean(dim=0)
-            rows.append((vector / vector.norm()).numpy())
-    return np.stack(rows)
 
 
 def _stella_reference(checkpoint: Path, dense: str, scratch: Path) -> np.ndarray:
@@ -60,12 +44,6 @@ def _stella_reference(checkpoint: Path, dense: str, scratch: Path) -> np.ndarray
     return np.concatenate([st.encode([t], normalize_embeddings=True) for t in TEXTS])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _cosines(got: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return np.asarray((got * reference).sum(-1) / np.linalg.norm(got, axis=-1))
 
@@ -75,12 +53,14 @@ def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None
     stella = build_checkpoint(tmp_path / "stella", "bert", st_pooling="mean", dense_out=16)
     add_dense_module(stella, "2_Dense_8", 8)
     references = {
-        name: _jina_reference(jina, with_adapter(adapter), JINA_V3_INSTRUCTIONS[adapter])
+        name: prefixed_mean_reference(
+            jina, with_adapter(adapter), JINA_V3_INSTRUCTIONS[adapter], TEXTS
+        )
         for name, adapter in (("query", ADAPTER), ("passage", PASSAGE))
     }
     references["stella"] = _stella_reference(stella, "2_Dense_8", tmp_path / "stella-8")
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     for name in ("MODEL_ID", "ADAPTER", "DENSE_PATH", "TASK"):
         env.pop(name, None)
@@ -95,16 +75,7 @@ def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 900
-        while True:
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "tei-serve did not become healthy"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
+        wait_for_health(proc, url, timeout=900)
         with httpx.Client(base_url=url, timeout=60) as client:
             served = {}
             for name in references:
@@ -131,7 +102,7 @@ def test_adapter_asked_of_a_checkpoint_without_adapters_fails_the_start(tmp_path
     env.pop("MODEL_ID", None)
     done = subprocess.run(
         [str(TEI_SERVE), "--model-id", str(checkpoint), "--adapter", ADAPTER, "--port",
-         str(_free_port()), "--prometheus-port", "0"],
+         str(free_port()), "--prometheus-port", "0"],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode != 0

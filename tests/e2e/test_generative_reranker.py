@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import Running, start
 
+from support.processes import free_port, wait_for_health
 from support.tiny_rerankers import build_qwen3_reranker
 from tei_runtime.manifest import Precision, Task, read_manifest
 
@@ -274,16 +275,12 @@ def test_tei_serve_exports_a_generative_reranker_on_first_start(
     """`tei-serve --model-id <checkpoint> --task rerank`: the exporter runs on first start with
     the task (a causal LM would otherwise export as a last-token embedder)."""
     import os
-    import socket
     import subprocess
     import sys
-    import time
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     env.pop("MODEL_ID", None)
     serve = Path(sys.executable).with_name("tei-serve")
@@ -294,16 +291,7 @@ def test_tei_serve_exports_a_generative_reranker_on_first_start(
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "tei-serve did not become healthy"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
+        wait_for_health(proc, url, timeout=600)
         info = httpx.get(f"{url}/info").json()
         assert "reranker" in info["model_type"], info
         r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCUMENTS[:2],

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_support import PROTO, RunningGrpc, generate_client
 
 import tei_runtime
+from support.processes import free_port
 from tei_serve.serving import Serving
 from tei_serve.settings import Settings
 
@@ -184,12 +184,6 @@ CLIENT = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_tei_serve_grpc_process_with_an_unmodified_generated_client(
     minilm_artifact: Path, tmp_path: Path
 ) -> None:
@@ -197,7 +191,7 @@ def test_tei_serve_grpc_process_with_an_unmodified_generated_client(
                     f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}", PROTO.name],
                    check=True)  # fmt: skip
     (tmp_path / "client.py").write_text(CLIENT)
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     env = {**os.environ, "API_KEY": "s3cret", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
         [str(TEI_SERVE), "--grpc", "--model-id", str(minilm_artifact), "--hostname",

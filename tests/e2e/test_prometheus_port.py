@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 import httpx
 from conftest import Running
 
+from support.processes import free_port
 from tei_runtime.manifest import Task
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_metrics_on_the_prometheus_port_match_slash_metrics(
     serve: Callable[..., Running],
 ) -> None:
-    port = _free_port()
+    port = free_port()
     r = serve(Task.EMBED, prometheus_port=port)
     assert r.client.post("/embed", json={"inputs": "hello world"}).status_code == 200
     scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)

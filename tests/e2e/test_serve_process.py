@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,16 +23,11 @@ import numpy as np
 import pytest
 
 import tei_runtime
+from support.processes import free_port
 
 pytestmark = pytest.mark.slow
 
 TEI_SERVE = Path(sys.executable).with_name("tei-serve")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(ready: Callable[[], bool], timeout: float, proc: subprocess.Popen[str]) -> None:
@@ -48,7 +42,7 @@ def _wait(ready: Callable[[], bool], timeout: float, proc: subprocess.Popen[str]
 
 class Process:
     def __init__(self, cache: Path, *args: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
         env.pop("MODEL_ID", None)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS
+from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS, prefixed_mean_reference
 from support.tiny_encoders import (
     COMMON,
     GTE_NTK_FACTOR,
@@ -151,21 +151,6 @@ def test_unmappable_published_setting_is_named(tmp_path: Path) -> None:
 # -- jina-embeddings-v3: its published layout, with one task LoRA adapter merged ----------------
 
 
-def _prefixed_reference(checkpoint: Path, model: Any, prefix: str) -> np.ndarray:
-    """The model on `prefix + text`, one unpadded text at a time, mean-pooled, normalised."""
-    import torch
-    import transformers
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
-    rows = []
-    with torch.no_grad():
-        for text in TEXTS:
-            tokens = model(**tokenizer(prefix + text, return_tensors="pt")).last_hidden_state[0]
-            vector = tokens.mean(dim=0)
-            rows.append((vector / vector.norm()).numpy())
-    return np.stack(rows)
-
-
 def test_jina_v3_with_an_adapter_matches_that_task_and_prompts_its_instruction(
     tmp_path: Path,
 ) -> None:
@@ -180,10 +165,10 @@ def test_jina_v3_with_an_adapter_matches_that_task_and_prompts_its_instruction(
     instruction = JINA_V3_INSTRUCTIONS["retrieval.query"]
     assert manifest.prompts.default_prompt_name == "retrieval.query"
     assert manifest.prompts.prompts["retrieval.query"] == instruction
-    reference = _prefixed_reference(checkpoint, with_adapter("retrieval.query"), instruction)
+    reference = prefixed_mean_reference(checkpoint, with_adapter("retrieval.query"), instruction)
     _assert_matches(artifact, reference)
     # The adapter matters: the base weights on the same prompted texts are far from it.
-    unadapted = _prefixed_reference(checkpoint, base, instruction)
+    unadapted = prefixed_mean_reference(checkpoint, base, instruction)
     assert (unadapted * reference).sum(-1).min() < 0.999
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art", "ck"]
 
@@ -198,7 +183,7 @@ def test_jina_v3_without_an_adapter_is_the_base_model(tmp_path: Path) -> None:
     manifest = read_manifest(artifact)
     assert manifest.source.adapter is None
     assert manifest.prompts.default_prompt_name is None
-    _assert_matches(artifact, _prefixed_reference(checkpoint, base, ""))
+    _assert_matches(artifact, prefixed_mean_reference(checkpoint, base, ""))
 
 
 def test_jina_v3_adapter_without_instruction_sets_no_prompt(tmp_path: Path) -> None:

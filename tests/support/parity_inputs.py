@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
 from tei_runtime.manifest import Precision
@@ -24,3 +28,21 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a / np.linalg.norm(a, axis=-1, keepdims=True)
     b = b / np.linalg.norm(b, axis=-1, keepdims=True)
     return np.asarray((a * b).sum(-1))
+
+
+def prefixed_mean_reference(
+    checkpoint: Path, model: Any, prefix: str, texts: Sequence[str] = TEXTS
+) -> np.ndarray:
+    """A PyTorch model on `prefix + text`, one unpadded text at a time, mean-pooled and
+    normalised: the reference for an artifact whose default prompt is `prefix`."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+    rows = []
+    with torch.no_grad():
+        for text in texts:
+            tokens = model(**tokenizer(prefix + text, return_tensors="pt")).last_hidden_state[0]
+            vector = tokens.mean(dim=0)
+            rows.append((vector / vector.norm()).numpy())
+    return np.stack(rows)
