@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from conftest import Running
 
+from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
 LIMIT = 100_000

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Running
 from swagger_ui_bundle import swagger_ui_path
 
+from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from conftest import Running
 
+from support.loopback_server import Running
 from support.processes import free_port
 from tei_runtime.manifest import Task
 

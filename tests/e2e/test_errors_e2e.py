@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Running
 
+from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
 

@@ -32,7 +32,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from conftest import Running, start
 from openapi_check import SPEC
 from schemathesis import Case, CheckContext, Response
 from schemathesis.checks import not_a_server_error
@@ -44,6 +43,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 import tei_runtime
+from support.loopback_server import Running, start
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Running, start
 
+from support.loopback_server import Running, start
 from support.processes import free_port, wait_for_health
 from support.tiny_rerankers import build_qwen3_reranker
 from tei_runtime.manifest import Precision, Task, read_manifest

@@ -20,11 +20,11 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-from conftest import Running, start
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_support import PROTO, RunningGrpc, generate_client
 
 import tei_runtime
+from support.loopback_server import Running, start
 from support.processes import free_port
 from tei_serve.serving import Serving
 from tei_serve.settings import Settings

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import Running
 
+from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
 ROUTES = ["/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity",

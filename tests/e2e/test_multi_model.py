@@ -15,11 +15,11 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
-from conftest import loopback, run_uvicorn
 from fake_model import FakeModel
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_support import RunningGrpc, generate_client
 
+from support.loopback_server import loopback, run_uvicorn
 from tei_runtime.manifest import Task
 from tei_serve.models import LoadedModel, Models, build_models
 

@@ -23,10 +23,10 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
-from conftest import loopback, run_uvicorn
 from grpc_support import RunningGrpc, generate_client
 
 import tei_runtime
+from support.loopback_server import loopback, run_uvicorn
 from support.multi_model_memory import Comparison, compare
 from tei_runtime.model import Model
 from tei_serve.models import LoadedModel, Models, build_models

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Running
 from openapi_check import SPEC, errors, response_schema
 
+from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
 CASES: list[tuple[Task, str, str, dict[str, Any] | None, int]] = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
-from conftest import Running
 
+from support.loopback_server import Running
 from support.processes import free_port
 from tei_runtime.manifest import Task
 

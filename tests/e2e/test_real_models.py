@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from conftest import Running, start
 from openapi_check import errors, response_schema
 
 import tei_runtime
+from support.loopback_server import Running, start
 
 pytestmark = pytest.mark.slow
 

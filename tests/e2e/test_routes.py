@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from conftest import Running
 
+from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
 TIMING = ("x-compute-type", "x-compute-time", "x-compute-characters", "x-compute-tokens",

@@ -9,9 +9,9 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import Running
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
