@@ -112,6 +112,9 @@ def read_checkpoint(path: Path) -> Checkpoint:
     st_config = _optional_json(path / "config_sentence_transformers.json") or {}
     tok_config = _optional_json(path / "tokenizer_config.json") or {}
     id2label = config.get("id2label") or {}
+    if not id2label and isinstance(config.get("num_labels"), int):
+        # transformers' default names for a config that gives only a count.
+        id2label = {i: f"LABEL_{i}" for i in range(config["num_labels"])}
     return Checkpoint(
         path=path,
         config=config,

@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from support.loopback_server import served_embeddings
 from support.tiny_models import build_bidirectional_gemma3
 from tei_runtime.manifest import MANIFEST_NAME, Precision, encode_manifest, read_manifest
 
@@ -55,3 +56,5 @@ def test_bidirectional_gemma3_matches_sentence_transformers(tmp_path: Path) -> N
             got = tei_runtime.load(padded, device="cpu", dtype=dtype).embed(TEXTS)
             assert got.shape == (len(TEXTS), 16)
             assert _cosines(got, reference).min() >= minimum, (side, dtype)
+        served = served_embeddings(tei_runtime.load(padded, device="cpu"), TEXTS)
+        assert _cosines(served, reference).min() >= MIN_COSINE["float32"], (side, "served")

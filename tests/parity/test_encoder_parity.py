@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.loopback_server import served_embeddings, served_logits
 from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS, cosines
 from support.tiny_encoders import ENCODERS, build_encoder
 from tei_export.cards import find_card
@@ -55,6 +56,8 @@ def assert_embeds_like(artifact: Path, reference: np.ndarray) -> None:
         got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
         found = cosines(got, reference)
         assert found.min() >= MIN_COSINE[precision], (dtype, found)
+    served = served_embeddings(tei_runtime.load(artifact, device="cpu"), TEXTS)
+    assert cosines(served, reference).min() >= MIN_COSINE[Precision.FP32], "served /embed"
 
 
 @pytest.mark.parametrize("model_type", sorted(ENCODERS))
@@ -89,5 +92,7 @@ def test_encoder_head_matches_transformers(tmp_path: Path, model_type: str, labe
             encoded = (tokenizer(*item, return_tensors="pt") if isinstance(item, tuple)
                        else tokenizer(item, return_tensors="pt"))
             rows.append(model.eval()(**encoded).logits[0].numpy())
-    got = tei_runtime.load(artifact, device="cpu").predict(inputs, raw_scores=True)
+    model = tei_runtime.load(artifact, device="cpu")
+    got = model.predict(inputs, raw_scores=True)
     np.testing.assert_allclose(got, np.stack(rows), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(served_logits(model, inputs), np.stack(rows), atol=1e-4, rtol=1e-4)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.loopback_server import served_embeddings, served_logits
 from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS
 from support.tiny_encoders import build_remote_code_checkpoint
 from tei_export.errors import ExportError
@@ -72,6 +73,8 @@ def test_remote_code_exports_with_the_flag(checkpoint: Path, tmp_path: Path) -> 
         got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
         cosines = (got * reference).sum(-1) / np.linalg.norm(got, axis=-1)
         assert cosines.min() >= MIN_COSINE[precision], (dtype, cosines)
+    served = served_embeddings(tei_runtime.load(artifact, device="cpu"), TEXTS)
+    assert ((served * reference).sum(-1) >= MIN_COSINE[Precision.FP32]).all(), "served /embed"
 
 
 def test_remote_code_reranker_head_matches_its_code(tmp_path: Path) -> None:
@@ -106,3 +109,4 @@ def test_remote_code_reranker_head_matches_its_code(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         served.predict(PAIRS, raw_scores=True), expected, atol=1e-4, rtol=1e-4
     )
+    np.testing.assert_allclose(served_logits(served, PAIRS), expected, atol=1e-4, rtol=1e-4)

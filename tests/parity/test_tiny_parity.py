@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from support.loopback_server import served_embeddings, served_logits
 from support.parity_inputs import MIN_COSINE, PAIRS, TEXTS, cosines
 from support.tiny_models import DECODERS, FAMILIES, build_checkpoint
 from tei_export.cards import find_card
@@ -84,6 +85,8 @@ def test_embedder_matches_sentence_transformers(tmp_path: Path, model_type: str)
         got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
         found = cosines(got, reference)
         assert found.min() >= MIN_COSINE[precision], (dtype, found)
+    served = served_embeddings(tei_runtime.load(artifact, device="cpu"), TEXTS)
+    assert cosines(served, reference).min() >= MIN_COSINE[Precision.FP32], "served /embed"
     if model_type in DECODERS:
         # One graph, padded either way by the runtime, gives the unpadded vectors.
         for side in ("left", "right"):
@@ -170,6 +173,7 @@ def test_sequence_classification_matches_transformers(
     model = tei_runtime.load(artifact, device="cpu")
     raw = model.predict(inputs, raw_scores=True)
     np.testing.assert_allclose(raw, reference, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(served_logits(model, inputs), reference, atol=1e-4, rtol=1e-4)
     scores = model.predict(inputs)
     expected: Callable[[np.ndarray], np.ndarray]
     if labels == 1:

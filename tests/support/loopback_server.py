@@ -61,3 +61,38 @@ def run_uvicorn(front: Serving | Models) -> tuple[uvicorn.Server, threading.Thre
         threading.Event().wait(0.01)
     port = uv.servers[0].sockets[0].getsockname()[1]
     return uv, thread, f"http://127.0.0.1:{port}"
+
+
+def served_embeddings(model: ServedModel, texts: list[str]) -> Any:
+    """`/embed` of `texts` from `model` served on loopback: float32 [n, dim] (numpy)."""
+    import numpy as np
+
+    running = start(model)
+    try:
+        r = running.client.post("/embed", json={"inputs": texts})
+        assert r.status_code == 200, r.text
+        return np.asarray(r.json(), dtype=np.float32)
+    finally:
+        running.stop()
+
+
+def served_logits(model: ServedModel, inputs: list[str] | list[tuple[str, str]]) -> Any:
+    """`/predict` with `raw_scores` of single texts or pairs from `model` served on loopback:
+    float32 [n, labels] in the head's label order (TEI answers each row sorted by score)."""
+    import numpy as np
+
+    labels = model.manifest.labels
+    column = {name: index for index, name in labels.items()}
+    running = start(model)
+    try:
+        body = {"inputs": [list(i) if isinstance(i, tuple) else [i] for i in inputs],
+                "raw_scores": True}  # fmt: skip
+        r = running.client.post("/predict", json=body)
+        assert r.status_code == 200, r.text
+        rows = np.zeros((len(inputs), len(labels)), dtype=np.float32)
+        for row, predictions in enumerate(r.json()):
+            for prediction in predictions:
+                rows[row, column[prediction["label"]]] = prediction["score"]
+        return rows
+    finally:
+        running.stop()

@@ -203,6 +203,18 @@ def test_classifier_keeps_its_labels_and_drops_pooling(tmp_path: Path) -> None:
     assert plan.outputs == ["logits"]
 
 
+@pytest.mark.parametrize(("count", "task"), [(3, Task.CLASSIFY), (1, Task.RERANK)])
+def test_a_label_count_without_names_gets_transformers_names(
+    tmp_path: Path, count: int, task: Task
+) -> None:
+    """A hand-written config (remote-code checkpoints ship them) may give only num_labels:
+    the head has that many outputs, named as transformers names them."""
+    config = {**BERT, "architectures": ["BertForSequenceClassification"], "num_labels": count}
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
+    assert plan.task is task
+    assert plan.labels == {i: f"LABEL_{i}" for i in range(count)}
+
+
 def test_task_override(tmp_path: Path) -> None:
     config = {**BERT, "architectures": ["BertForMaskedLM"]}
     plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)), task=Task.SPARSE)
