@@ -70,7 +70,8 @@ def test_encoder_embedder_matches_sentence_transformers(tmp_path: Path, model_ty
 
 
 @pytest.mark.parametrize(
-    ("model_type", "labels"), [("gte", 1), ("eurobert", 3), ("nomic_bert", 2)]
+    ("model_type", "labels"),
+    [("gte", 1), ("eurobert", 3), ("nomic_bert", 1), ("nomic_bert", 2)],
 )
 def test_encoder_head_matches_transformers(tmp_path: Path, model_type: str, labels: int) -> None:
     import torch

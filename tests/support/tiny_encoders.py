@@ -61,6 +61,11 @@ def tiny_model(model_type: str, *, head: str = "base", num_labels: int = 1,
     return random_model(model_type, kwargs, head=head, num_labels=num_labels, seed=seed)
 
 
+# nomic-embed-text publishes a BertTokenizer (token_type_ids, second segment 1) for a model
+# with two token types; the other encoders' tokenizers return none.
+WITH_TOKEN_TYPES = {"nomic_bert"}
+
+
 def build_encoder(
     dest: Path,
     model_type: str,
@@ -76,7 +81,7 @@ def build_encoder(
     model = tiny_model(model_type, head=head, num_labels=num_labels, seed=seed, **overrides)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest)
-    write_tokenizer(dest)
+    write_tokenizer(dest, token_types=model_type in WITH_TOKEN_TYPES)
     if st_pooling is not None:
         _write_sentence_transformers(dest, st_pooling, None, None)
     return dest
@@ -261,7 +266,7 @@ def build_hub_layout(
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     save_file({k: v.contiguous() for k, v in weights.items()}, str(dest / "model.safetensors"),
               metadata={"format": "pt"})
-    write_tokenizer(dest)
+    write_tokenizer(dest, token_types=layout in WITH_TOKEN_TYPES)
     if st_pooling is not None:
         _write_sentence_transformers(dest, st_pooling, None, None)
     return dest, model
