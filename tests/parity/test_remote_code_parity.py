@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from support.loopback_server import served_embeddings, served_logits
-from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS
+from support.parity_inputs import DTYPES, MIN_COSINE, PAIRS, TEXTS, cosines
 from support.tiny_encoders import build_remote_code_checkpoint
 from tei_export.errors import ExportError
 from tei_runtime.manifest import Precision, Task, read_manifest
@@ -24,16 +25,24 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_remote_code_checkpoint(tmp_path_factory.mktemp("remote") / "jina")
 
 
-def _reference(checkpoint: Path) -> np.ndarray:
-    """The checkpoint's own code, built the ordinary way (no meta-device loading) and given
-    its weights strictly, on one unpadded text at a time; mean-pooled and normalised."""
-    import torch
+def _own_code(checkpoint: Path, auto_class: Any) -> Any:
+    """The checkpoint's own code, built the ordinary way (no meta-device loading) through
+    `auto_class` and given its weights strictly."""
     import transformers
     from safetensors.torch import load_file
 
     config = transformers.AutoConfig.from_pretrained(str(checkpoint), trust_remote_code=True)
-    model = transformers.AutoModel.from_config(config, trust_remote_code=True).eval()
+    model = auto_class.from_config(config, trust_remote_code=True).eval()
     model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=True)
+    return model
+
+
+def _reference(checkpoint: Path) -> np.ndarray:
+    """The checkpoint's own code on one unpadded text at a time; mean-pooled, normalised."""
+    import torch
+    import transformers
+
+    model = _own_code(checkpoint, transformers.AutoModel)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
     rows = []
     with torch.no_grad():
@@ -71,10 +80,10 @@ def test_remote_code_exports_with_the_flag(checkpoint: Path, tmp_path: Path) -> 
     reference = _reference(checkpoint)
     for precision, dtype in DTYPES.items():
         got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
-        cosines = (got * reference).sum(-1) / np.linalg.norm(got, axis=-1)
-        assert cosines.min() >= MIN_COSINE[precision], (dtype, cosines)
+        found = cosines(got, reference)
+        assert found.min() >= MIN_COSINE[precision], (dtype, found)
     served = served_embeddings(tei_runtime.load(artifact, device="cpu"), TEXTS)
-    assert ((served * reference).sum(-1) >= MIN_COSINE[Precision.FP32]).all(), "served /embed"
+    assert cosines(served, reference).min() >= MIN_COSINE[Precision.FP32], "served /embed"
 
 
 def test_remote_code_reranker_head_matches_its_code(tmp_path: Path) -> None:
@@ -82,7 +91,6 @@ def test_remote_code_reranker_head_matches_its_code(tmp_path: Path) -> None:
     artifact whose raw scores are the remote code's logits on each unpadded pair."""
     import torch
     import transformers
-    from safetensors.torch import load_file
 
     import tei_runtime
     from tei_export.api import export_model
@@ -94,11 +102,7 @@ def test_remote_code_reranker_head_matches_its_code(tmp_path: Path) -> None:
     for variant in manifest.variants:
         assert variant.validation.min_cosine >= MIN_COSINE[variant.precision], variant.file
 
-    config = transformers.AutoConfig.from_pretrained(str(checkpoint), trust_remote_code=True)
-    model = transformers.AutoModelForSequenceClassification.from_config(
-        config, trust_remote_code=True
-    ).eval()
-    model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=True)
+    model = _own_code(checkpoint, transformers.AutoModelForSequenceClassification)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
     with torch.no_grad():
         expected = np.stack([

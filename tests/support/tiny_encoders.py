@@ -16,6 +16,7 @@ from support.tiny_models import (
     MASK,
     PAD,
     SEP,
+    WITH_TOKEN_TYPES,
     _vocab,
     _write_sentence_transformers,
     random_model,
@@ -59,11 +60,6 @@ def tiny_model(model_type: str, *, head: str = "base", num_labels: int = 1,
     LayerNorm is the identity and no bias is zero)."""
     kwargs = {"vocab_size": len(_vocab()), **COMMON, **ENCODERS[model_type], **overrides}
     return random_model(model_type, kwargs, head=head, num_labels=num_labels, seed=seed)
-
-
-# nomic-embed-text publishes a BertTokenizer (token_type_ids, second segment 1) for a model
-# with two token types; the other encoders' tokenizers return none.
-WITH_TOKEN_TYPES = {"nomic_bert"}
 
 
 def build_encoder(

@@ -43,7 +43,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 DECODERS = {"qwen2", "qwen3", "mistral", "gemma3_text"}
 # The families whose hub tokenizers return token_type_ids; the others' tokenizer configs
 # narrow model_input_names, as their real tokenizers do.
-WITH_TOKEN_TYPES = {"bert", "deberta-v2"}
+WITH_TOKEN_TYPES = {"bert", "deberta-v2", "nomic_bert"}  # nomic-embed-text: a BertTokenizer
 
 
 def _vocab() -> dict[str, int]:
