@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from support.parity_inputs import prefixed_mean_reference
+from support.parity_inputs import cosines, prefixed_mean_reference
 from support.processes import free_port, wait_for_health
 from support.tiny_encoders import JINA_V3_INSTRUCTIONS, build_jina_v3_published
 from support.tiny_models import add_dense_module, build_checkpoint
@@ -42,10 +42,6 @@ def _stella_reference(checkpoint: Path, dense: str, scratch: Path) -> np.ndarray
     (chosen / "modules.json").write_text(json.dumps(modules))
     st = SentenceTransformer(str(chosen), device="cpu")
     return np.concatenate([st.encode([t], normalize_embeddings=True) for t in TEXTS])
-
-
-def _cosines(got: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    return np.asarray((got * reference).sum(-1) / np.linalg.norm(got, axis=-1))
 
 
 def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None:
@@ -89,8 +85,8 @@ def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None
     # Each adapter's instruction is its default prompt: the plain texts come back prompted.
     assert served["stella"].shape == (len(TEXTS), 8)
     for name, reference in references.items():
-        assert _cosines(served[name], reference).min() >= 0.99999, name
-    assert _cosines(served["query"], served["passage"]).min() < 0.999
+        assert cosines(served[name], reference).min() >= 0.99999, name
+    assert cosines(served["query"], served["passage"]).min() < 0.999
     folders = [p for p in (tmp_path / "cache" / "tei-onnx").iterdir() if p.is_dir()]
     adapters = sorted(str(read_manifest(p).source.adapter) for p in folders)
     assert adapters == ["None", PASSAGE, ADAPTER]

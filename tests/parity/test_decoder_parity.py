@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from support.loopback_server import served_embeddings
+from support.parity_inputs import cosines
 from support.tiny_models import build_bidirectional_gemma3
 from tei_runtime.manifest import MANIFEST_NAME, Precision, encode_manifest, read_manifest
 
@@ -24,12 +25,6 @@ TEXTS = [
     "numbers 1234567890 and punctuation !?;:",
 ]
 MIN_COSINE = {"float32": 0.99999, "float16": 0.999, "int8": 0.98}
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
-    return np.asarray((a * b).sum(-1))
 
 
 def test_bidirectional_gemma3_matches_sentence_transformers(tmp_path: Path) -> None:
@@ -55,6 +50,6 @@ def test_bidirectional_gemma3_matches_sentence_transformers(tmp_path: Path) -> N
         for dtype, minimum in MIN_COSINE.items():
             got = tei_runtime.load(padded, device="cpu", dtype=dtype).embed(TEXTS)
             assert got.shape == (len(TEXTS), 16)
-            assert _cosines(got, reference).min() >= minimum, (side, dtype)
+            assert cosines(got, reference).min() >= minimum, (side, dtype)
         served = served_embeddings(tei_runtime.load(padded, device="cpu"), TEXTS)
-        assert _cosines(served, reference).min() >= MIN_COSINE["float32"], (side, "served")
+        assert cosines(served, reference).min() >= MIN_COSINE["float32"], (side, "served")
