@@ -134,7 +134,8 @@ class Model:
         add_special_tokens: bool = True,
         instruction: str | None = None,
     ) -> list[Encoding]:
-        """Tokenize: strings, (query, passage) pairs, or token id lists used as they are.
+        """Tokenize: strings, (query, passage) pairs, or token id lists (decoded and tokenized
+        again, as TEI does, so a prompt goes before them too).
 
         truncation_direction None means the manifest's truncation_side. A generative reranker
         puts each pair into its prompt, with `instruction` (default: the model card's).

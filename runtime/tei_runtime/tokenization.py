@@ -152,7 +152,7 @@ class Tokenizer:
                 texts.append((query, passage))
                 where.append(i)
             else:
-                out[i] = self._from_ids(_ids(item), truncate, truncation_direction)
+                out[i] = self._from_ids(_ids(item), prefix, truncate, truncation_direction)
         if texts:
             tok = self._plain
             if truncate:
@@ -179,18 +179,33 @@ class Tokenizer:
             raise TokenizerError(str(e)) from e
         return [tuple(enc.ids) for enc in encoded]
 
-    def _from_ids(self, ids: tuple[int, ...], truncate: bool, direction: Direction) -> Encoding:
-        limit = self.max_input_length
-        if len(ids) > limit:
-            if not truncate:
-                raise InputTooLongError(len(ids), limit)
-            ids = ids[-limit:] if direction == "left" else ids[:limit]
+    def _from_ids(
+        self, ids: tuple[int, ...], prefix: str | None, truncate: bool, direction: Direction
+    ) -> Encoding:
+        """Token ids read as TEI reads them: decoded, then tokenized again, so that a prompt
+        can go before them; with no prompt that leaves well-formed ids as they were."""
         too_big = [i for i in ids if i >= self.vocab_size]
         if too_big:
             raise ValidationError(
                 f"token id {too_big[0]} is outside the vocabulary (size {self.vocab_size})"
             )
-        return Encoding(ids=ids, type_ids=(0,) * len(ids), offsets=((0, 0),) * len(ids))
+        tok = self._plain
+        if truncate:
+            tok = self._left if direction == "left" else self._right
+        try:
+            if prefix:
+                text = prefix + self._plain.decode(list(ids), skip_special_tokens=True)
+                enc = tok.encode(text, add_special_tokens=True)
+            else:
+                text = self._plain.decode(list(ids), skip_special_tokens=False)
+                enc = tok.encode(text, add_special_tokens=False)
+        except Exception as e:  # tokenizers raises bare Exception
+            raise TokenizerError(str(e)) from e
+        if len(enc.ids) > self.max_input_length:
+            raise InputTooLongError(len(enc.ids), self.max_input_length)
+        return Encoding(
+            ids=tuple(enc.ids), type_ids=tuple(enc.type_ids), offsets=tuple(enc.offsets)
+        )
 
     def tokens(
         self,

@@ -98,7 +98,7 @@ T = TypeVar("T")
 
 Direction = Literal["left", "right"]
 TextOrIds = str | Sequence[int]
-"""One input to embed: a text, or token ids used as they are."""
+"""One input to embed: a text, or token ids (decoded and tokenized again, as TEI does)."""
 PredictInput = str | tuple[str, str]
 """One input to classify: a text or a (query, passage) pair."""
 

@@ -96,6 +96,14 @@ def test_minilm_embed_matches_runtime(minilm: Running) -> None:
         "/tokenize", json={"inputs": TEXTS[0]}, headers=AUTH).json()[0]]
     by_ids = minilm.client.post("/embed", json={"inputs": ids}, headers=AUTH).json()
     assert np.allclose(by_ids[0], served[0], atol=1e-5)
+    # As TEI: ids are decoded and tokenized again ("hell", "##o" is "hello"), and a prompt
+    # given for ids goes before their text.
+    hello = minilm.client.post("/embed", json={"inputs": "hello"}, headers=AUTH).json()
+    split = minilm.client.post("/embed", json={"inputs": [101, 3109, 2080, 102]}, headers=AUTH)
+    assert np.allclose(split.json()[0], hello[0], atol=1e-5)
+    assert split.headers["x-compute-tokens"] == "3"
+    prompted = minilm.model.embed([ids], prompt="query: ")
+    assert np.allclose(prompted[0], minilm.model.embed(["query: " + TEXTS[0]])[0], atol=1e-6)
 
 
 def test_minilm_aliases_and_dispatch(minilm: Running) -> None:

@@ -78,10 +78,13 @@ def test_pairs_get_type_ids_and_longest_first_truncation(embed_artifact: Built) 
     assert long.ids[:4] == (CLS, VOCAB["cat"], VOCAB["dog"], SEP)
 
 
-def test_id_inputs_are_used_as_is_and_truncated(embed_artifact: Built) -> None:
+def test_id_inputs_are_decoded_tokenized_again_and_truncated(embed_artifact: Built) -> None:
     m = load(embed_artifact.root)
     (enc,) = m.encode([[5, 6, 7]])
     assert enc.ids == (5, 6, 7) and enc.type_ids == (0, 0, 0)
+    # Specials given as ids stay; none are added (TEI's `tokenize_input`).
+    (framed,) = m.encode([[CLS, 5, SEP]])
+    assert framed.ids == (CLS, 5, SEP)
     (right,) = m.encode([list(range(4, 34))])
     (left,) = m.encode([tuple(range(4, 34))], truncation_direction="left")
     assert right.ids == tuple(range(4, 20)) and left.ids == tuple(range(18, 34))
@@ -120,8 +123,9 @@ def test_prompts(make_artifact: ArtifactFactory) -> None:
         m.encode(["cat"], prompt_name="nope")
     with pytest.raises(ValidationError, match="not both"):
         m.encode(["cat"], prompt_name="query", prompt="x")
-    (ids,) = m.encode([[7, 8]], prompt_name="query")
-    assert ids.ids == (7, 8)  # pre-tokenized ids are never prompted
+    # As TEI: prompted ids are decoded without their specials and tokenized with new ones.
+    (ids,) = m.encode([[CLS, VOCAB["cat"], SEP]], prompt_name="query")
+    assert ids.ids == (CLS, VOCAB["query"], VOCAB[":"], VOCAB["cat"], SEP)
 
 
 def test_default_prompt_applies_unless_overridden(make_artifact: ArtifactFactory) -> None:
