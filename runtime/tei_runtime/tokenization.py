@@ -25,6 +25,9 @@ Input: TypeAlias = str | tuple[str, str] | Sequence[int]
 # on words over 100 chars). Texts longer than max_input_length * this are cut before
 # tokenizing; `_cut_long` checks the cut still yields a full window and undoes it otherwise.
 CHARS_PER_TOKEN = 20
+# TEI refuses an input of more than max_input_length * this many characters when truncation
+# is off, before tokenizing it (its MAX_CHAR_MULTIPLIER).
+MAX_CHARS_PER_TOKEN = 250
 # How far back from the cut point to look for whitespace to cut at.
 _WHITESPACE_SEARCH = 0.1
 
@@ -139,6 +142,8 @@ class Tokenizer:
         texts: list[TextInput] = []
         where: list[int] = []
         for i, item in enumerate(inputs):
+            if not truncate:
+                self._check_chars(item)
             if isinstance(item, str):
                 text = prefix + item if prefix else item
                 texts.append(self._cut_long(text, truncation_direction) if truncate else text)
@@ -170,6 +175,20 @@ class Tokenizer:
                     offsets=tuple(enc.offsets),
                 )
         return [e for e in out if e is not None]
+
+    def _check_chars(self, item: Input) -> None:
+        """TEI's character pre-check: a string's characters, a pair's both, ids count one each."""
+        if isinstance(item, str):
+            chars = len(item)
+        elif _is_pair(item):
+            chars = len(item[0]) + len(item[1])  # type: ignore[arg-type]
+        else:
+            chars = len(item)
+        limit = self.max_input_length * MAX_CHARS_PER_TOKEN
+        if chars > limit:
+            raise ValidationError(
+                f"`inputs` must have less than {limit} characters. Given: {chars}"
+            )
 
     def ids_without_specials(self, texts: Sequence[str]) -> list[tuple[int, ...]]:
         """Token ids of each text as it is: no special tokens added, no truncation."""

@@ -436,14 +436,18 @@ class Serving:
             case Output.LOGITS:
                 raise ModelTypeError("Backend error: Model is not an embedding model")
             case Output.SPARSE:
-                raise ModelTypeError("`embed_all` is not available for SPLADE models")
+                raise ModelTypeError(
+                    "Backend error: `embed_all` is not available for SPLADE models"
+                )
         vectors = await self._forward_all(q, Output.TOKENS, meta)
         return TokenVectors(vectors=vectors, metadata=self._metadata(meta))
 
     async def embed_sparse(self, q: EmbedAllQuery) -> SparseVectors:
         meta = Tally(start=self.clock())
         if self.output is not Output.SPARSE:
-            raise ModelTypeError("Model is not an embedding model with SPLADE pooling")
+            raise ModelTypeError(
+                "Backend error: Model is not an embedding model with SPLADE pooling"
+            )
         dense = _stack(await self._forward_all(q, Output.SPARSE, meta))
         return SparseVectors(vectors=pooling.to_sparse(dense), metadata=self._metadata(meta))
 
@@ -468,10 +472,11 @@ class Serving:
 
     async def rerank(self, q: RerankQuery) -> Ranks:
         meta = Tally(start=self.clock())
-        if self.task is not Task.RERANK:
-            raise ModelTypeError("Backend error: model is not a re-ranker model")
+        # TEI checks for texts before the model type.
         if not q.texts:
             raise EmptyError("`texts` cannot be empty")
+        if self.task is not Task.RERANK:
+            raise ModelTypeError("Backend error: model is not a re-ranker model")
         scores = await self._scores(
             [(q.query, t) for t in q.texts], meta, truncate=q.truncate,
             direction=q.truncation_direction, raw_scores=q.raw_scores, first_label_only=True,
@@ -490,6 +495,8 @@ class Serving:
         if not q.inputs:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(q.inputs))
+        if any(not text for text in q.inputs):
+            raise EmptyError("Input validation error: `inputs` cannot be empty")
         prompt_name = q.prompt_name or self.settings.default_prompt_name
 
         def work() -> list[list[Token]]:
@@ -502,7 +509,7 @@ class Serving:
 
     async def decode(self, q: DecodeQuery) -> Decoded:
         if not q.ids or any(not ids for ids in q.ids):
-            raise EmptyError("`ids` cannot be empty")
+            raise EmptyError("Input validation error: `input_ids` cannot be empty")
         self._check_batch(len(q.ids))
 
         def work() -> list[str]:
@@ -570,17 +577,20 @@ class Serving:
         if self.output is Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not an embedding model")
         if self.output is Output.SPARSE and normalize:
-            raise ModelTypeError("`normalize` is not available for SPLADE models")
+            raise ModelTypeError("Backend error: `normalize` is not available for SPLADE models")
         if dimensions is not None and dimensions <= 0:
-            raise ValidationError("`dimensions` should be positive")
+            raise ValidationError("Input validation error: `dimensions` should be positive")
         results = await self._run(
             inputs, self.output, meta, truncate=truncate, direction=direction,
             prompt_name=prompt_name,
         )  # fmt: skip
-        try:
-            vectors = pooling.truncate_dimensions(_stack([r.value for r in results]), dimensions)
-        except rt_errors.ValidationError as e:
-            raise from_runtime(e) from e
+        stacked = _stack([r.value for r in results])
+        if dimensions is not None and dimensions > stacked.shape[-1]:
+            raise ValidationError(
+                "Input validation error: `dimensions` should be smaller than the maximum "
+                "embedding dimension."
+            )
+        vectors = pooling.truncate_dimensions(stacked, dimensions)
         return pooling.normalize(vectors) if normalize else vectors
 
     async def _scores(

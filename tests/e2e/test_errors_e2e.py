@@ -25,8 +25,16 @@ def test_empty_400(embed_server: Running) -> None:
     _err(c.post("/embed", json={"inputs": ""}), 400, "Empty")
     _err(c.post("/similarity", json={"inputs": {"source_sentence": "a", "sentences": []}}),
          400, "Empty")
-    _err(c.post("/decode", json={"ids": []}), 400, "Empty")
     _err(c.post("/tokenize", json={"inputs": []}), 400, "Empty")
+    # TEI's texts: `[]` is one input of no ids; "" is refused by /tokenize as by /embed.
+    assert _err(c.post("/embed", json={"inputs": []}), 400, "Empty") == (
+        "Input validation error: `inputs` cannot be empty")
+    for ids in ([], [[]], [[5], []]):
+        assert _err(c.post("/decode", json={"ids": ids}), 400, "Empty") == (
+            "Input validation error: `input_ids` cannot be empty")
+    for inputs in ("", ["a", ""]):
+        assert _err(c.post("/tokenize", json={"inputs": inputs}), 400, "Empty") == (
+            "Input validation error: `inputs` cannot be empty")
 
 
 def test_empty_token_ids_400(embed_server: Running) -> None:
@@ -44,8 +52,18 @@ def test_validation_422(embed_server: Running) -> None:
     c = embed_server.client
     msg = _err(c.post("/embed", json={"inputs": ["a"] * 33}), 422, "Validation")
     assert msg == "batch size 33 > maximum allowed batch size 32"
-    _err(c.post("/embed", json={"inputs": "a", "dimensions": 0}), 422, "Validation")
-    _err(c.post("/embed", json={"inputs": "a", "dimensions": 999}), 422, "Validation")
+    assert _err(c.post("/embed", json={"inputs": "a", "dimensions": 0}), 422, "Validation") == (
+        "Input validation error: `dimensions` should be positive")
+    assert _err(c.post("/embed", json={"inputs": "a", "dimensions": 999}), 422,
+                "Validation") == ("Input validation error: `dimensions` should be smaller than "
+                                  "the maximum embedding dimension.")
+    # TEI's character pre-check with truncation off: max_input_length (32) * 250 characters.
+    for inputs in ("a" * 8001, ["b", "a" * 8001], [1] * 8001):
+        assert _err(c.post("/embed", json={"inputs": inputs, "truncate": False}), 422,
+                    "Validation") == ("Input validation error: `inputs` must have less than "
+                                      "8000 characters. Given: 8001")
+    assert c.post("/embed", json={"inputs": "a" * 8000, "truncate": False}).status_code == 200
+    assert c.post("/embed", json={"inputs": "a" * 8001}).status_code == 200
     _err(c.post("/embed", json={"inputs": "a", "prompt_name": "nope"}), 422, "Validation")
     _err(c.post("/embed", json={"inputs": [99999]}), 422, "Validation")
     _err(c.post("/embed", json={"truncate": True}), 422, "Validation")  # missing field
@@ -70,13 +88,29 @@ def test_model_type_424(serve: Callable[..., Running]) -> None:
     _err(c.post("/embed", json={"inputs": "a"}), 424, "Backend")
     _err(c.post("/rerank", json={"query": "a", "texts": ["b"]}), 424, "Backend")
     s = serve(Task.SPARSE).client
-    _err(s.post("/embed_all", json={"inputs": "a"}), 424, "Backend")
-    _err(s.post("/embed", json={"inputs": "a"}), 424, "Backend")
+    assert _err(s.post("/embed_all", json={"inputs": "a"}), 424, "Backend") == (
+        "Backend error: `embed_all` is not available for SPLADE models")
+    assert _err(s.post("/embed", json={"inputs": "a"}), 424, "Backend") == (
+        "Backend error: `normalize` is not available for SPLADE models")
+    assert _err(r.client.post("/embed_sparse", json={"inputs": "a"}), 424, "Backend") == (
+        "Backend error: Model is not an embedding model with SPLADE pooling")
 
 
 def test_rerank_empty_texts(serve: Callable[..., Running]) -> None:
     c = serve(Task.RERANK).client
     _err(c.post("/rerank", json={"query": "a", "texts": []}), 400, "Empty")
+    # TEI checks for texts before the model type.
+    e = serve(Task.EMBED).client
+    _err(e.post("/rerank", json={"query": "a", "texts": []}), 400, "Empty")
+
+
+def test_predict_inputs_as_tei_reads_them(serve: Callable[..., Running]) -> None:
+    """TEI's visitor: the first element decides between one input and a batch of lists."""
+    c = serve(Task.CLASSIFY).client
+    for inputs in ([], ["a", ["b"]], [["a"], "b"], ["a", "b", "c"], [["a", "b", "c"]]):
+        _err(c.post("/predict", json={"inputs": inputs}), 422, "Validation")
+    assert len(c.post("/predict", json={"inputs": [["a"], ["b", "c"]]}).json()) == 2
+    assert isinstance(c.post("/predict", json={"inputs": ["a", "b"]}).json()[0], dict)
 
 
 def test_body_errors_are_json(serve: Callable[..., Running]) -> None:

@@ -275,7 +275,8 @@ def parse_inputs(value: Any, *, field: str = "inputs") -> tuple[list[RawInput], 
         return [value], False
     if isinstance(value, list):
         if not value:
-            raise EmptyError(f"`{field}` cannot be empty")
+            # TEI reads `[]` as one input of no token ids, hence its wording.
+            raise EmptyError("Input validation error: `inputs` cannot be empty")
         if _is_ids(value):
             return [_one(value)], False
         return [_one(v) for v in value], True
@@ -296,8 +297,6 @@ def parse_predict_inputs(value: Any) -> tuple[list[PredictInput], bool]:
     )
 
     def item(v: Any) -> PredictInput:
-        if isinstance(v, str):
-            return v
         if isinstance(v, list) and all(isinstance(s, str) for s in v):
             if len(v) == 1:
                 return str(v[0])
@@ -308,8 +307,10 @@ def parse_predict_inputs(value: Any) -> tuple[list[PredictInput], bool]:
     if isinstance(value, str):
         return [value], False
     if isinstance(value, list):
+        # As TEI's visitor: the first element decides; a string starts one input (a text or
+        # a pair), a list starts a batch whose every element is a list. `[]` is no input.
         if not value:
-            raise EmptyError("`inputs` cannot be empty")
+            raise bad
         if all(isinstance(v, str) for v in value):
             if len(value) == 1:
                 return [value[0]], False
@@ -332,7 +333,7 @@ def parse_ids(value: Any) -> list[list[int]]:
             _check_u32(ids)
         return value
     if value == [] or (isinstance(value, list) and any(v == [] for v in value)):
-        raise EmptyError("`ids` cannot be empty")
+        raise EmptyError("Input validation error: `input_ids` cannot be empty")
     raise BodyError(
         "Failed to deserialize the JSON body into the target type: `ids` must be a list of "
         "token ids or a list of them"
