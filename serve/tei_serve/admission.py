@@ -96,10 +96,13 @@ class Permits:
     async def acquire(self, n: int, *, wait: bool = False) -> AsyncIterator[None]:
         """Hold n permits for the block; without `wait`, none free is `OverloadedError`.
 
-        n over the total can never be served: it fails even when waiting."""
+        n over the total fails at once unless waiting; a waiter takes every permit instead
+        (TEI's waiting callers take one per input as they go, so they never need more)."""
+        if wait:
+            n = min(n, self.total)
         if n <= self.available and not self.waiting:
             self.available -= n
-        elif wait and n <= self.total:
+        elif wait:
             await self._wait_for(n)
         else:
             raise OverloadedError()

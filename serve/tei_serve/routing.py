@@ -13,7 +13,8 @@ With several:
 A route is answered by the tasks in `ANSWERS`: the dense-embedding routes by embedding
 models, `/embed_sparse` by SPLADE models, `/predict` by classifiers and rerankers, `/rerank`
 by rerankers, and `/tokenize`, `/decode`, `/info` and `/` (which dispatches by the chosen
-model's task) by any model.
+model's task) by any model. A SPLADE model named by the request also answers `/embed` and
+`/similarity` (with `normalize` off, as served alone).
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ ANSWERS: dict[Route, frozenset[Task]] = {
     Route.DECODE: _ALL,
     Route.ANY: _ALL,
 }
+# A SPLADE model answers `/embed` and `/similarity` with `normalize` off, as it does served
+# alone (TEI): when named, it gets them; unnamed, they go to dense models.
+_ALSO_WHEN_NAMED: dict[Route, frozenset[Task]] = {
+    Route.EMBED: frozenset({Task.SPARSE}),
+    Route.SIMILARITY: frozenset({Task.SPARSE}),
+}
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,7 +90,7 @@ def choose(models: Sequence[Candidate], route: Route, requested: str | None) -> 
     if requested:
         for i, m in enumerate(models):
             if m.name == requested:
-                if m.task not in able:
+                if m.task not in able | _ALSO_WHEN_NAMED.get(route, frozenset()):
                     raise ModelChoiceError(
                         f"model `{requested}` ({m.task.value}) cannot answer `{route.value}`"
                     )

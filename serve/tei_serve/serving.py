@@ -191,6 +191,29 @@ class Metadata(msgspec.Struct, frozen=True, kw_only=True):
     total_time_ns: int
 
 
+def compute_type() -> str:
+    """TEI's `x-compute-type` value (env COMPUTE_TYPE, TEI's constant by default)."""
+    return os.environ.get("COMPUTE_TYPE", "gpu+optimized")
+
+
+def _ms(ns: int) -> str:
+    return str(ns // 1_000_000)
+
+
+def timing_headers(meta: Metadata, compute: str) -> dict[str, str]:
+    """TEI's x-* headers: on HTTP answers, and as gRPC response metadata of unary calls."""
+    return {
+        "x-compute-type": compute,
+        "x-compute-time": _ms(meta.total_time_ns),
+        "x-compute-characters": str(meta.compute_chars),
+        "x-compute-tokens": str(meta.compute_tokens),
+        "x-total-time": _ms(meta.total_time_ns),
+        "x-tokenization-time": _ms(meta.tokenization_time_ns),
+        "x-queue-time": _ms(meta.queue_time_ns),
+        "x-inference-time": _ms(meta.inference_time_ns),
+    }
+
+
 class Embedded(msgspec.Struct, frozen=True, kw_only=True):
     vectors: FloatArray
     """[n, dim] float32, in input order."""

@@ -92,6 +92,13 @@ def test_embed_matches_the_core_and_fills_metadata(
     meta = one.metadata
     assert meta.compute_chars == len("hello world") and meta.compute_tokens == 4
     assert meta.total_time_ns >= meta.inference_time_ns > 0
+    # TEI's x-* headers come as the response metadata of unary calls, as over HTTP.
+    _, call = embed.Embed.with_call(pb.EmbedRequest(inputs="hello world"))
+    headers = dict(call.initial_metadata())
+    assert headers["x-compute-type"] == "gpu+optimized"
+    assert headers["x-compute-characters"] == "11" and headers["x-compute-tokens"] == "4"
+    assert {"x-compute-time", "x-total-time", "x-tokenization-time", "x-queue-time",
+            "x-inference-time"} <= headers.keys()  # fmt: skip
     raw = embed.Embed(pb.EmbedRequest(inputs="hello world", normalize=False, dimensions=8))
     vec, raw_vec = np.asarray(one.embeddings), np.asarray(raw.embeddings)
     assert vec.shape == (16,) and raw_vec.shape == (8,)
@@ -172,6 +179,9 @@ def test_rerank_and_rerank_stream(grpc_serve: Callable[..., RunningGrpc], client
         {k.index: k.score for k in ranked.ranks}, abs=1e-6)
     assert all(k.text == texts[i] for i, k in by_index.items())
     assert streamed.metadata.compute_chars == sum(len("what is paris") + len(t) for t in texts)
+    _, call = rerank.RerankStream.with_call(iter(messages))
+    assert dict(call.initial_metadata())["x-compute-characters"] == str(
+        streamed.metadata.compute_chars)
     code, text = _code(lambda: rerank.RerankStream(iter([])))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and text == "`texts` cannot be empty"
     code, _ = _code(lambda: rerank.Rerank(pb.RerankRequest(query="q", texts=[])))
@@ -212,6 +222,9 @@ def test_tokenize_and_decode(grpc_serve: Callable[..., RunningGrpc], client: Any
     r = grpc_serve(Task.EMBED)
     tok = stubs.TokenizeStub(r.channel)
     plain = tok.Tokenize(pb.EncodeRequest(inputs="hello world"))
+    code, text = _code(lambda: tok.Tokenize(pb.EncodeRequest(inputs="")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert text == "Input validation error: `inputs` cannot be empty"
     assert [t.text for t in plain.tokens] == ["hello", "world"]  # add_special_tokens: false
     full = tok.Tokenize(pb.EncodeRequest(inputs="hello world", add_special_tokens=True))
     assert [t.special for t in full.tokens] == [True, False, False, True]
@@ -375,14 +388,20 @@ def test_reflection_lists_the_services(
     assert file.file_descriptor_response.file_descriptor_proto
 
 
-def test_message_over_the_payload_limit(
+def test_message_limit_is_teis_4_mib_or_the_payload_limit(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:
     pb, stubs = client
     r = grpc_serve(Task.EMBED, payload_limit=1000)
-    code, _ = _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a " * 600)))
+    embed = stubs.EmbedStub(r.channel)
+    # TEI ignores --payload-limit for gRPC and takes tonic's 4 MiB messages.
+    assert embed.Embed(pb.EmbedRequest(inputs="a " * 1_000_000, truncate=True)).embeddings
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a " * 2_200_000)))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    messages = [pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="a " * 600)]
+    larger = grpc_serve(Task.EMBED, payload_limit=6 * 1024 * 1024)
+    assert stubs.EmbedStub(larger.channel).Embed(
+        pb.EmbedRequest(inputs="a " * 2_200_000, truncate=True)).embeddings
+    messages = [pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="a " * 2_200_000)]
     code, _ = _code(lambda: list(stubs.EmbedStub(r.channel).EmbedStream(iter(messages))))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
@@ -467,6 +486,18 @@ def test_stream_messages_wait_for_permits_where_unary_calls_are_refused(
     expected = [embed.Embed(pb.EmbedRequest(inputs=t)).embeddings for t in texts]
     assert np.allclose([a.embeddings for a in answers], expected, atol=1e-6)
     _wait(lambda: permits.available == 2 and permits.waiting == 0)
+
+
+def test_unary_rerank_waits_for_permits_as_teis_does(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """TEI's gRPC Rerank awaits a permit per text: more texts than permits still answer."""
+    pb, stubs = client
+    r = grpc_serve(Task.RERANK, max_concurrent_requests=2)
+    ranked = stubs.RerankStub(r.channel).Rerank(pb.RerankRequest(query="q", texts=["a", "b", "c"]))
+    assert sorted(k.index for k in ranked.ranks) == [0, 1, 2]
+    permits = r.serving.admission.permits
+    assert permits.available == 2 and permits.waiting == 0
 
 
 def test_cancelled_stream_leaves_nothing_queued(

@@ -1,5 +1,5 @@
 """`tei-serve --grpc`: TEI's `tei.v1` services on a grpc.aio server, with the standard health
-service, server reflection, `--api-key` and `--payload-limit`, stopped gracefully on SIGTERM.
+service, server reflection, `--api-key` and a message limit, stopped gracefully on SIGTERM.
 
 Health (`grpc.health.v1`): `tei.v1.Info` and `tei.v1.Tokenize` are always SERVING; the
 services of the loaded model (Embed for an embedding model, Predict for a classifier, Predict
@@ -35,6 +35,9 @@ from tei_serve.serving import Serving
 log = logging.getLogger("tei_serve")
 
 GRACE_SECONDS = 30.0
+GRPC_MESSAGE_LIMIT = 4 * 1024 * 1024
+"""TEI's gRPC server ignores --payload-limit and keeps tonic's 4 MiB message limit; ours is
+the larger of the two, so a TEI client's message fits and an operator can still raise it."""
 """How long calls in flight at SIGTERM get to finish before they are cancelled."""
 
 _TEI = tei_pb2.DESCRIPTOR.services_by_name
@@ -108,7 +111,7 @@ class GrpcServer:
         server = aio.server(
             interceptors=[BearerAuth(s.api_key)] if s.api_key is not None else [],
             options=[
-                ("grpc.max_receive_message_length", s.payload_limit),
+                ("grpc.max_receive_message_length", max(s.payload_limit, GRPC_MESSAGE_LIMIT)),
                 # grpc sets SO_REUSEPORT by default: a second server would share a taken port
                 # silently instead of failing to start.
                 ("grpc.so_reuseport", 0),

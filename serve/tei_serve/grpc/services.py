@@ -11,8 +11,9 @@ As in TEI, a message's `truncate` is used as sent (proto3: false unless set) rat
 (`single`), answered in order. The messages of a stream run concurrently (at most
 `stream_window` at a time, TEI's GRPC_MAX_PARALLEL_STREAM_REQUESTS, and never more than
 --max-concurrent-requests) so the batcher packs them together. As in TEI, a stream message
-that finds no free permit waits for one (`admission.waiting_for_permits`), where a unary call
-ends RESOURCE_EXHAUSTED at once.
+that finds no free permit waits for one (`admission.waiting_for_permits`), and so does a
+unary Rerank, where other unary calls end RESOURCE_EXHAUSTED at once. Unary answers and
+RerankStream's carry TEI's x-* timing headers as response metadata.
 
 With several models, a call picks its model by the `model` metadata key (`Models.pick`, the
 rules of `tei_serve.routing`): a name not served ends it NOT_FOUND, no name where several
@@ -51,6 +52,8 @@ from tei_serve.serving import (
     RerankQuery,
     Serving,
     TokenizeQuery,
+    compute_type,
+    timing_headers,
 )
 
 log = logging.getLogger("tei_serve")
@@ -153,6 +156,7 @@ class TeiServices:
     def __init__(self, front: Serving | Models, *, window: int | None = None) -> None:
         self.models = Models.of(front)
         self.window = window if window is not None else stream_window(self.models)
+        self.compute = compute_type()
 
     def pick(self, route: Route, call: Call) -> Serving:
         return self.models.pick(route, call.model())
@@ -194,6 +198,19 @@ class TeiServices:
                 yield response
         except TeiError as e:
             await self.fail(context, e)
+
+    async def send_timing(self, context: Context, response: Any) -> None:
+        """TEI's x-* headers as the response metadata of an answer that carries `Metadata`
+        (the unary calls and RerankStream, as TEI's gRPC server sends them)."""
+        if "metadata" not in response.DESCRIPTOR.fields_by_name:
+            return
+        m = response.metadata
+        meta = Metadata(
+            compute_chars=m.compute_chars, compute_tokens=m.compute_tokens,
+            total_time_ns=m.total_time_ns, tokenization_time_ns=m.tokenization_time_ns,
+            queue_time_ns=m.queue_time_ns, inference_time_ns=m.inference_time_ns,
+        )  # fmt: skip
+        await context.send_initial_metadata(tuple(timing_headers(meta, self.compute).items()))
 
     # -- Info -------------------------------------------------------------------------------
 
@@ -279,7 +296,9 @@ class TeiServices:
             instruction=call.instruction(),
         )  # fmt: skip
         serving = self.pick(Route.RERANK, call)
-        r = await self.observed(call, serving, serving.rerank(q), handler="rerank",
+        # As TEI's gRPC Rerank: each pair waits for a permit rather than failing at once.
+        r = await self.observed(call, serving, waiting_for_permits(serving.rerank(q)),
+                                handler="rerank",
                                 family="predict", n=len(q.texts), method="batch")  # fmt: skip
         ranks = [pb.Rank(index=k.index, score=k.score, text=k.text) for k in r.ranks]
         return pb.RerankResponse(ranks=ranks, metadata=metadata_message(r.metadata))
@@ -328,7 +347,9 @@ class TeiServices:
             await self.fail(context, e)
         serving.metrics.inc("te_predict_count", by=len(r.ranks))
         serving.metrics.inc("te_predict_success", by=len(r.ranks))
-        return pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
+        response = pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
+        await self.send_timing(context, response)
+        return response
 
     # -- Tokenize ---------------------------------------------------------------------------
 
@@ -353,7 +374,9 @@ class TeiServices:
         response: type[Any],
     ) -> grpc.RpcMethodHandler[Any, Any]:
         async def behaviour(req: Req, context: Context) -> Resp:
-            return await self.answered(context, fn(req, Call(context, route)))
+            response = await self.answered(context, fn(req, Call(context, route)))
+            await self.send_timing(context, response)
+            return response
 
         return grpc.unary_unary_rpc_method_handler(
             behaviour, request.FromString, response.SerializeToString

@@ -67,6 +67,8 @@ from tei_serve.serving import (
     Serving,
     SimilarityQuery,
     TokenizeQuery,
+    compute_type,
+    timing_headers,
 )
 
 T = TypeVar("T")
@@ -99,23 +101,6 @@ async def until_disconnect(request: AnyRequest, work: Coroutine[Any, Any, T]) ->
     raise ClientGoneError("client disconnected")
 
 
-def _ms(ns: int) -> str:
-    return str(ns // 1_000_000)
-
-
-def timing_headers(meta: Metadata, compute_type: str) -> dict[str, str]:
-    return {
-        "x-compute-type": compute_type,
-        "x-compute-time": _ms(meta.total_time_ns),
-        "x-compute-characters": str(meta.compute_chars),
-        "x-compute-tokens": str(meta.compute_tokens),
-        "x-total-time": _ms(meta.total_time_ns),
-        "x-tokenization-time": _ms(meta.tokenization_time_ns),
-        "x-queue-time": _ms(meta.queue_time_ns),
-        "x-inference-time": _ms(meta.inference_time_ns),
-    }
-
-
 def _method(batch: bool) -> Method:
     return "batch" if batch else "single"
 
@@ -133,7 +118,7 @@ def _named(body: bytes) -> str | None:
 def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     models = Models.of(front)
     settings = models.settings
-    compute_type = os.environ.get("COMPUTE_TYPE", "gpu+optimized")
+    compute = compute_type()
     info_json = ENCODER.encode(models.info)
     model_list = ENCODER.encode(OpenAIModelList(object="list", data=[
         OpenAIModel(id=s.served_model_name, object="model", created=s.created,
@@ -156,7 +141,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         return read_body(request, settings.payload_limit)
 
     def respond(content: bytes, meta: Metadata | None = None) -> Response[bytes]:
-        headers = timing_headers(meta, compute_type) if meta is not None else None
+        headers = timing_headers(meta, compute) if meta is not None else None
         return Response(content=content, status_code=200, media_type=JSON, headers=headers)
 
     def pick(request: AnyRequest, route: Route, named: str | None) -> Serving:

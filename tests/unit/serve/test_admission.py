@@ -90,13 +90,27 @@ def test_a_waiter_that_leaves_lets_the_next_one_in_and_keeps_nothing() -> None:
     asyncio.run(scenario())
 
 
-def test_more_permits_than_exist_fail_even_when_waiting() -> None:
+def test_more_permits_than_exist_fail_at_once_or_take_all_when_waiting() -> None:
+    """A gRPC Rerank of more texts than permits runs (TEI waits a permit per text)."""
+
     async def scenario() -> None:
         p = Permits(2)
         with pytest.raises(OverloadedError):
-            async with p.acquire(3, wait=True):
+            async with p.acquire(3):
                 pass
         assert p.available == 2
+        held: list[int] = []
+
+        async def rerank_of_three() -> None:
+            async with p.acquire(3, wait=True):
+                held.append(p.available)
+
+        async with p.acquire(1):
+            big = asyncio.create_task(rerank_of_three())
+            await asyncio.sleep(0)
+            assert p.waiting == 1 and not held
+        await asyncio.wait_for(big, 1)
+        assert held == [0] and p.available == 2 and p.waiting == 0
 
     asyncio.run(scenario())
 

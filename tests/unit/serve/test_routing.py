@@ -69,10 +69,16 @@ def test_no_able_model_is_422_listing_what_is_served() -> None:
         choose(SERVED, Route.EMBED_SPARSE, None)
 
 
-def test_splade_answers_only_the_sparse_route() -> None:
+def test_splade_answers_the_sparse_route_and_dense_ones_only_when_named() -> None:
     models = (EMBEDDER, SPLADE)
     assert choose(models, Route.EMBED_SPARSE, None) == 1
     assert choose(models, Route.EMBED, None) == 0
+    # Served alone it answers /embed and /similarity with normalize off; named, it does too.
+    assert choose(models, Route.EMBED, "splade") == 1
+    assert choose(models, Route.SIMILARITY, "splade") == 1
+    for route in (Route.EMBED_ALL, Route.OPENAI, Route.PREDICT):
+        with pytest.raises(ModelChoiceError, match="`splade` \\(sparse\\) cannot answer"):
+            choose(models, route, "splade")
 
 
 @pytest.mark.parametrize("route", list(Route))
