@@ -13,9 +13,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from tei_serve.metrics import CONTENT_TYPE
+
 log = logging.getLogger("tei_serve")
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _MAX_HEAD = 16 * 1024
 """A scrape request is one short line and a few headers; anything longer is not one."""
 

@@ -162,6 +162,10 @@ def test_health_info_metrics_docs(embed_server: Running) -> None:
     for path in ("/health", "/ping", "/"):
         r = c.get(path)
         assert r.status_code == 200 and r.content == b""
+    for path in ("/health", "/ping", "/", "/info", "/metrics", "/v1/models"):
+        r = c.head(path)  # axum's `get` answers HEAD; load balancers probe with it
+        assert r.status_code == 200 and r.content == b"", path
+    assert c.get("/metrics").headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     info = c.get("/info").json()
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["max_batch_tokens"] == 16384 and info["max_client_batch_size"] == 32

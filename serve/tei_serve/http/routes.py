@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar, assert_never
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import HttpMethod, Request, Response, post, route
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
@@ -75,6 +75,8 @@ T = TypeVar("T")
 AnyRequest = Request[Any, Any, Any]
 JSON = "application/json"
 MODEL_HEADER = "x-model"
+GET_HEAD = [HttpMethod.GET, HttpMethod.HEAD]
+"""TEI's GET routes (axum's `get`) answer HEAD too: load balancers probe /health with it."""
 OWNED_BY = "tei-onnx"
 
 async def _wait_disconnect(request: AnyRequest) -> None:
@@ -332,27 +334,29 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         q = DecodeQuery(ids=parse_ids(req.ids), skip_special_tokens=req.skip_special_tokens)
         return respond(ENCODER.encode((await serving.decode(q)).texts))
 
-    @get("/info", guards=guards)
+    @route("/info", http_method=GET_HEAD, guards=guards)
     async def info() -> Response[bytes]:
         return respond(info_json)
 
-    @get("/v1/models", guards=guards)
+    @route("/v1/models", http_method=GET_HEAD, guards=guards)
     async def list_models() -> Response[bytes]:
         return respond(model_list)
 
-    @get(["/health", "/ping"])
+    @route(["/health", "/ping"], http_method=GET_HEAD)
     async def health() -> Response[bytes]:
         await models.health()
         return Response(content=b"", status_code=200)
 
-    @get("/")
+    @route("/", http_method=GET_HEAD)
     async def root_health() -> Response[bytes]:
         await models.health()
         return Response(content=b"", status_code=200)
 
-    @get("/metrics")
+    @route("/metrics", http_method=GET_HEAD)
     async def metrics() -> Response[bytes]:
-        return Response(content=models.families.render(), media_type=CONTENT_TYPE)
+        # Litestar appends the charset to a text/* media type itself.
+        return Response(content=models.families.render(),
+                        media_type=CONTENT_TYPE.removesuffix("; charset=utf-8"))  # fmt: skip
 
     return [
         embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
