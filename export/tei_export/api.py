@@ -68,16 +68,37 @@ def _toolchain() -> Toolchain:
     )
 
 
-def _prepare_output(output_dir: Path, overwrite: bool) -> None:
-    if output_dir.exists() and not overwrite:
-        raise ExportError(f"{output_dir} already exists (pass --overwrite to replace it)")
+def _prepare_output(output_dir: Path, overwrite: bool) -> Path | None:
+    """Check OUTPUT_DIR can be written (and replaced, with --overwrite) before any work, and
+    create its missing parents; returns the topmost folder created, to remove on failure."""
+    if output_dir.exists():
+        if not overwrite:
+            raise ExportError(f"{output_dir} already exists (pass --overwrite to replace it)")
+        if not output_dir.is_dir():
+            raise ExportError(f"{output_dir} is a file; the output is an artifact folder")
+        # --overwrite replaces an earlier artifact, never a folder of other things.
+        if any(output_dir.iterdir()) and not (output_dir / MANIFEST_NAME).is_file():
+            raise ExportError(
+                f"{output_dir} is not an artifact folder (no {MANIFEST_NAME}); --overwrite "
+                f"replaces only an earlier artifact or an empty folder"
+            )
     parent = output_dir.parent
+    created = next((p for p in reversed(parent.parents) if not p.exists()), None)
+    if created is None and not parent.exists():
+        created = parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".tei-export-probe-"):
             pass
     except OSError as e:
         raise ExportError(f"cannot write to {parent}: {e.strerror or e}") from e
+    return created
+
+
+def _remove_created(created: Path | None) -> None:
+    """Take away the parent folders a failed export created, if they hold no file."""
+    if created is not None and not any(p.is_file() for p in created.rglob("*")):
+        shutil.rmtree(created, ignore_errors=True)
 
 
 def export_model(
@@ -110,7 +131,36 @@ def export_model(
     none, the base weights), and its task instruction becomes the default prompt.
     """
     output_dir = Path(output_dir).resolve()
-    _prepare_output(output_dir, overwrite)
+    created = _prepare_output(output_dir, overwrite)
+    try:
+        return _resolve_and_export(
+            model, output_dir, revision=revision, token=token, cache_dir=cache_dir, task=task,
+            pooling=pooling, precisions=precisions, trust_remote_code=trust_remote_code,
+            opset=opset, quiet=quiet, external_data=external_data, dense_path=dense_path,
+            adapter=adapter,
+        )  # fmt: skip
+    except BaseException:
+        _remove_created(created)
+        raise
+
+
+def _resolve_and_export(
+    model: str,
+    output_dir: Path,
+    *,
+    revision: str | None,
+    token: str | None,
+    cache_dir: Path | None,
+    task: Task | None,
+    pooling: Pooling | str | None,
+    precisions: list[Precision] | list[str] | None,
+    trust_remote_code: bool,
+    opset: int,
+    quiet: bool,
+    external_data: bool,
+    dense_path: str | None,
+    adapter: str | None,
+) -> Path:
     progress = Progress(quiet=quiet)
     if quiet:
         _silence_library_progress()
@@ -122,6 +172,10 @@ def export_model(
             cache_dir=cache_dir,
             trust_remote_code=trust_remote_code,
         )
+        if source.path.resolve().is_relative_to(output_dir):
+            raise ExportError(
+                f"{output_dir} holds the checkpoint {source.path}; write the artifact elsewhere"
+            )
         staged = hub_layouts.stage_native(source.path, output_dir.parent, adapter=adapter)
     try:
         if staged is not None:
@@ -195,6 +249,17 @@ def _export(
         progress.note(
             f"{checkpoint.architecture} exported as an embedder (last token); a generative "
             f"reranker of this family (Qwen3-Reranker) needs --task rerank"
+        )
+    for kind in checkpoint.ignored_modules:
+        progress.note(f"modules.json: {kind} is not a module tei-onnx runs; left out")
+    if (
+        not checkpoint.pools_prompt
+        and checkpoint.prompts
+        and plan.pooling in (Pooling.MEAN, Pooling.CLS)
+    ):
+        progress.note(
+            "1_Pooling/config.json has include_prompt: false; like TEI, tei-onnx pools the "
+            "prompt's tokens too, so prompted vectors differ from sentence-transformers'"
         )
     if plan.card.fusion.attention_unfused_reason:
         progress.note(f"attention stays unfused: {plan.card.fusion.attention_unfused_reason}")

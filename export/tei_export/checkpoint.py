@@ -18,17 +18,23 @@ TOKENIZER_FILES = (
     "special_tokens_map.json",
 )
 
-# sentence-transformers 1_Pooling/config.json keys -> our pooling modes.
+# sentence-transformers 1_Pooling/config.json: before 6.x one boolean key per mode, from 6.x
+# one `pooling_mode` key naming the mode (or a list of them, concatenated).
 _ST_POOLING_KEYS = {
-    "pooling_mode_cls_token": Pooling.CLS,
-    "pooling_mode_mean_tokens": Pooling.MEAN,
-    "pooling_mode_lasttoken": Pooling.LAST_TOKEN,
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_lasttoken": "lasttoken",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
 }
-_ST_UNSUPPORTED_POOLING = (
-    "pooling_mode_max_tokens",
-    "pooling_mode_mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens",
-)
+_ST_POOLING_MODES = {"cls": Pooling.CLS, "mean": Pooling.MEAN, "lasttoken": Pooling.LAST_TOKEN}
+# modules.json types are named by class: `sentence_transformers.models.Pooling` before 6.x,
+# `sentence_transformers.sentence_transformer.modules.pooling.Pooling` from it.
+_UNDERSTOOD_MODULES = {"Transformer", "MLMTransformer", "Pooling", "Dense", "Normalize",
+                       "SpladePooling"}  # fmt: skip
+# A tokenizer with no length of its own says so with a huge model_max_length (1e30).
+_NO_TOKENIZER_LIMIT = 1_000_000
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +45,13 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     architecture: str
     st_pooling: Pooling | None
     """From 1_Pooling/config.json, when the checkpoint is a sentence-transformers model."""
+    st_pooling_unsupported: str | None = None
+    """1_Pooling/config.json's mode when tei-onnx has no such pooling (--pooling overrides)."""
+    pools_prompt: bool = True
+    """1_Pooling/config.json's include_prompt: false leaves the prompt's tokens out of the
+    pooling in sentence-transformers (TEI, and so tei-onnx, pool them)."""
+    ignored_modules: list[str] = []
+    """modules.json types tei-onnx does not know, so leaves out of the graph."""
     normalize: bool
     """modules.json lists a Normalize module."""
     dense_dirs: list[Path]
@@ -64,18 +77,34 @@ def _optional_json(path: Path) -> Any:
     return _read_json(path) if path.is_file() else None
 
 
-def _pooling(folder: Path) -> Pooling | None:
+class _PoolingConfig(msgspec.Struct, frozen=True):
+    mode: Pooling | None
+    unsupported: str | None
+    include_prompt: bool
+
+
+def _pooling(folder: Path) -> _PoolingConfig | None:
     cfg = _optional_json(folder / "config.json")
-    if cfg is None:
+    if not isinstance(cfg, dict):
         return None
-    chosen = [mode for key, mode in _ST_POOLING_KEYS.items() if cfg.get(key)]
-    unsupported = [key for key in _ST_UNSUPPORTED_POOLING if cfg.get(key)]
-    if unsupported or len(chosen) != 1:
-        raise ExportError(
-            f"{folder / 'config.json'}: pooling {unsupported or chosen or 'none'} is not "
-            f"supported; use one of cls, mean, last-token (or pass --pooling)"
-        )
-    return chosen[0]
+    named = cfg.get("pooling_mode")
+    if named is None:
+        modes = [mode for key, mode in _ST_POOLING_KEYS.items() if cfg.get(key)]
+    else:
+        modes = [str(m) for m in named] if isinstance(named, list) else [str(named)]
+    include_prompt = cfg.get("include_prompt") is not False
+    if len(modes) == 1 and modes[0] in _ST_POOLING_MODES:
+        return _PoolingConfig(_ST_POOLING_MODES[modes[0]], None, include_prompt)
+    return _PoolingConfig(None, " + ".join(modes) or "none", include_prompt)
+
+
+def _max_seq_length(sbert: dict[str, Any], tok_config: dict[str, Any]) -> int | None:
+    """sentence-transformers' limit: sentence_bert_config.json's, else (as 6.x saves it) the
+    tokenizer's model_max_length, which transformers truncates at too."""
+    for value in (sbert.get("max_seq_length"), tok_config.get("model_max_length")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value if value < _NO_TOKENIZER_LIMIT else None
+    return None
 
 
 def read_checkpoint(path: Path) -> Checkpoint:
@@ -92,21 +121,25 @@ def read_checkpoint(path: Path) -> Checkpoint:
     architectures = config.get("architectures") or []
     architecture = str(architectures[0]) if architectures else "unknown"
 
-    st_pooling: Pooling | None = None
+    pooling: _PoolingConfig | None = None
     normalize = False
     dense_dirs: list[Path] = []
+    ignored: list[str] = []
     modules = _optional_json(path / "modules.json") or []
     for module in modules:
         kind = str(module.get("type", ""))
         folder = path / str(module.get("path", ""))
-        if kind.endswith("models.Pooling"):
-            st_pooling = _pooling(folder)
-        elif kind.endswith("models.Normalize"):
-            normalize = True
-        elif kind.endswith("models.Dense"):
-            dense_dirs.append(folder)
+        match kind.rsplit(".", 1)[-1]:
+            case "Pooling":
+                pooling = _pooling(folder)
+            case "Normalize":
+                normalize = True
+            case "Dense":
+                dense_dirs.append(folder)
+            case name if name not in _UNDERSTOOD_MODULES:
+                ignored.append(kind)
     if not modules and (path / "1_Pooling").is_dir():
-        st_pooling = _pooling(path / "1_Pooling")
+        pooling = _pooling(path / "1_Pooling")
 
     sbert = _optional_json(path / "sentence_bert_config.json") or {}
     st_config = _optional_json(path / "config_sentence_transformers.json") or {}
@@ -120,10 +153,13 @@ def read_checkpoint(path: Path) -> Checkpoint:
         config=config,
         model_type=model_type,
         architecture=architecture,
-        st_pooling=st_pooling,
+        st_pooling=pooling.mode if pooling else None,
+        st_pooling_unsupported=pooling.unsupported if pooling else None,
+        pools_prompt=pooling.include_prompt if pooling else True,
+        ignored_modules=ignored,
         normalize=normalize,
         dense_dirs=dense_dirs,
-        max_seq_length=sbert.get("max_seq_length"),
+        max_seq_length=_max_seq_length(sbert, tok_config),
         prompts={str(k): str(v) for k, v in (st_config.get("prompts") or {}).items()},
         default_prompt_name=st_config.get("default_prompt_name"),
         tokenizer_files=[name for name in TOKENIZER_FILES if (path / name).is_file()],

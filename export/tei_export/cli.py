@@ -24,6 +24,22 @@ def _precisions(value: str) -> list[Precision]:
         raise argparse.ArgumentTypeError(f"{value!r}: choose from fp32, fp16, int8") from e
 
 
+# The opsets the exporters, onnxruntime's fusions and its quantizer all handle.
+OPSETS = range(14, 24)
+
+
+def _opset(value: str) -> int:
+    try:
+        opset = int(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from e
+    if opset not in OPSETS:
+        raise argparse.ArgumentTypeError(
+            f"{opset}: choose an opset from {OPSETS.start} to {OPSETS.stop - 1}"
+        )
+    return opset
+
+
 class _Formatter(argparse.HelpFormatter):
     """Never wraps inside a name: model types such as xlm-roberta carry hyphens."""
 
@@ -93,7 +109,8 @@ def parser() -> argparse.ArgumentParser:
         default=[Precision.FP32, Precision.FP16, Precision.INT8],
         help="comma-separated precisions to write: fp32,fp16,int8 (default: all three)",
     )
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
+    p.add_argument("--opset", type=_opset, default=17,
+                   help=f"ONNX opset, {OPSETS.start}-{OPSETS.stop - 1} (default: 17)")
     p.add_argument(
         "--trust-remote-code", action="store_true", help="allow the model's own Python code"
     )

@@ -155,6 +155,12 @@ def make_plan(
             f"{card.family}: the {head.value} head is not supported (card has: {supported})"
         )
     if task is Task.EMBED:
+        if pooling is None and checkpoint.st_pooling_unsupported is not None:
+            raise ExportError(
+                f"{checkpoint.path / '1_Pooling' / 'config.json'}: pooling "
+                f"{checkpoint.st_pooling_unsupported} is not supported; tei-onnx pools by cls, "
+                f"mean or last-token (pass --pooling to choose one)"
+            )
         if chosen_pooling is Pooling.SPLADE:
             raise ExportError("splade pooling needs --task sparse and a *ForMaskedLM model")
         chosen_pooling = chosen_pooling or card.default_pooling

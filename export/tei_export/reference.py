@@ -159,7 +159,12 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
     if plan.dense_dirs:
         from sentence_transformers.sentence_transformer.modules import Dense
 
-        dense = [Dense.load(str(folder)).eval() for folder in plan.dense_dirs]
+        for folder in plan.dense_dirs:
+            try:
+                dense.append(Dense.load(str(folder)).eval())
+            except Exception as e:  # a missing or broken weights file, in any of its forms
+                reason = " ".join(str(e).split())
+                raise ExportError(f"{folder}: cannot load the Dense module ({reason})") from e
     return ExportModule(model, plan, dense, answer_head).eval()
 
 

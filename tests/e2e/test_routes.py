@@ -157,6 +157,30 @@ def test_rerank(serve: Callable[..., Running]) -> None:
     assert r.client.post("/predict", json={"inputs": ["q", "d"]}).status_code == 200
 
 
+def test_vertex_answers_each_instance_as_its_own_request(
+    serve: Callable[..., Running],
+) -> None:
+    """TEI's /vertex: a rerank-shaped instance reranks, others take the model's route."""
+    e = serve(Task.EMBED).client
+    instances = [{"inputs": "a cat"}, {"inputs": ["a dog", "the mat"], "normalize": False}]
+    got = e.post("/vertex", json={"instances": instances})
+    assert got.status_code == 200, got.text
+    assert got.json() == {"predictions": [e.post("/embed", json=i).json() for i in instances]}
+    assert e.post("/vertex", json={"instances": []}).json() == {"predictions": []}
+    bad = e.post("/vertex", json={"instances": [{"inputs": "a"}, {"nope": 1}]})
+    assert bad.status_code == 422 and bad.json()["error_type"] == "Validation"
+    rerank = {"query": "q", "texts": ["a", "b"]}
+    assert e.post("/vertex", json={"instances": [rerank]}).status_code == 424
+    assert e.post("/vertex", json={"inputs": "a"}).status_code == 422
+    r = serve(Task.RERANK).client
+    both = r.post("/vertex", json={"instances": [rerank, {"inputs": ["q", "a"]}]}).json()
+    assert both["predictions"] == [r.post("/rerank", json=rerank).json(),
+                                   r.post("/predict", json={"inputs": ["q", "a"]}).json()]
+    s = serve(Task.SPARSE).client
+    sparse = s.post("/vertex", json={"instances": [{"inputs": "a cat"}]}).json()
+    assert sparse["predictions"] == [s.post("/embed_sparse", json={"inputs": "a cat"}).json()]
+
+
 def test_health_info_metrics_docs(embed_server: Running) -> None:
     c = embed_server.client
     for path in ("/health", "/ping", "/"):

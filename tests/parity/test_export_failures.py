@@ -146,6 +146,43 @@ def test_existing_output_needs_overwrite(tmp_path: Path, tiny_bert: Path) -> Non
     ]
 
 
+def test_overwrite_replaces_only_an_artifact(tmp_path: Path, tiny_bert: Path) -> None:
+    """--overwrite never deletes the checkpoint, a folder of other things or a file: each is
+    refused, in one line, before any work."""
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    before = sorted(p.name for p in checkpoint.iterdir())
+    itself = _cli(str(checkpoint), str(checkpoint), "--overwrite")
+    assert itself.returncode == 1 and "not an artifact folder" in itself.stderr, itself.stderr
+    assert sorted(p.name for p in checkpoint.iterdir()) == before
+    (tmp_path / "thesis.txt").write_text("important")
+    parent = _cli(str(checkpoint), str(tmp_path), "--overwrite")
+    assert parent.returncode == 1 and "not an artifact folder" in parent.stderr
+    assert (tmp_path / "thesis.txt").read_text() == "important"
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    file_out = _cli(str(checkpoint), str(a_file), "--overwrite")
+    assert file_out.returncode == 1 and "is a file" in file_out.stderr
+    assert a_file.read_text() == "x"
+    # An artifact folder that holds the checkpoint is not replaced either.
+    holder = tmp_path / "holder"
+    holder.mkdir()
+    (holder / "manifest.json").write_text("{}")
+    inside = _copy(tiny_bert, holder / "ck")
+    held = _cli(str(inside), str(holder), "--overwrite")
+    assert held.returncode == 1 and "holds the checkpoint" in held.stderr, held.stderr
+    assert sorted(p.name for p in inside.iterdir()) == before
+    for result in (itself, parent, file_out, held):
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_failed_export_takes_away_the_folders_it_made(tmp_path: Path, tiny_bert: Path) -> None:
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "nope"}))
+    out = tmp_path / "new" / "deep" / "artifact"
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "nope")
+    assert not (tmp_path / "new").exists()
+
+
 def test_failure_after_tracing_leaves_nothing(tmp_path: Path, tiny_bert: Path) -> None:
     """A tolerance nobody can meet fails validation, the last stage: still nothing is left."""
     from tei_export import api

@@ -148,6 +148,12 @@ class OpenAIModelList(msgspec.Struct, frozen=True, kw_only=True):
     data: list[OpenAIModel]
 
 
+class VertexRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Vertex AI's prediction body: each instance is the body of one request."""
+
+    instances: list[msgspec.Raw]
+
+
 class Named(msgspec.Struct, frozen=True):
     """Just the `model` field of any request body (for `/`, which decodes by the model)."""
 
@@ -162,7 +168,7 @@ DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
     for t in (
         EmbedRequest, EmbedAllRequest, PredictRequest, RerankRequest, SimilarityRequest,
-        TokenizeRequest, DecodeRequest, OpenAIRequest, Named,
+        TokenizeRequest, DecodeRequest, OpenAIRequest, VertexRequest, Named,
     )
 }
 ENCODER = msgspec.json.Encoder()

@@ -25,7 +25,7 @@ from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
 from tei_serve.auth import ApiKey
-from tei_serve.errors import ClientGoneError, UnauthorizedError
+from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
 from tei_serve.http.body import read_body
 from tei_serve.http.docs import docs_routes
 from tei_serve.http.protocol import (
@@ -46,6 +46,7 @@ from tei_serve.http.protocol import (
     SimilarityRequest,
     SparseValue,
     TokenizeRequest,
+    VertexRequest,
     decode,
     direction_of,
     parse_ids,
@@ -318,6 +319,42 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
             case _:
                 assert_never(serving.task)
 
+    @post("/vertex", guards=guards)
+    async def vertex(request: AnyRequest) -> Response[bytes]:
+        """Vertex AI's route, which TEI always registers: each instance is answered as its own
+        request (a rerank one where it reads as one, else the model's own route), together;
+        the first failing instance, in order, is the answer."""
+        instances = decode(await body_of(request), VertexRequest).instances
+
+        async def answer(raw: bytes) -> Response[bytes]:
+            try:
+                decode(raw, RerankRequest)
+            except BodyError:
+                pass
+            else:
+                return await run_rerank(request, raw)
+            named = _named(raw) if models.several else None
+            serving = pick(request, Route.ANY, named)
+            match serving.task:
+                case Task.CLASSIFY | Task.RERANK:
+                    return await run_predict(request, raw, serving)
+                case Task.SPARSE:
+                    return await run_embed_sparse(request, raw, serving)
+                case Task.EMBED:
+                    return await run_embed(request, raw, serving)
+                case _:
+                    assert_never(serving.task)
+
+        answers = await asyncio.gather(
+            *(answer(bytes(raw)) for raw in instances), return_exceptions=True
+        )
+        bodies: list[bytes] = []
+        for a in answers:
+            if isinstance(a, BaseException):
+                raise a
+            bodies.append(a.content)
+        return respond(b'{"predictions":[' + b",".join(bodies) + b"]}")
+
     @post("/tokenize", guards=guards)
     async def tokenize(request: AnyRequest) -> Response[bytes]:
         req = decode(await body_of(request), TokenizeRequest)
@@ -360,5 +397,6 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
 
     return [
         embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
-        tokenize, decode_ids, info, list_models, health, root_health, metrics, *docs_routes(),
+        vertex, tokenize, decode_ids, info, list_models, health, root_health, metrics,
+        *docs_routes(),
     ]

@@ -165,6 +165,68 @@ def test_pooling_modes(tmp_path: Path, key: str, pooling: Pooling) -> None:
     assert checkpoint.st_pooling is pooling
 
 
+def _st6_files(pooling_mode: object, **pooling: object) -> dict[str, object]:
+    """What sentence-transformers 6.x saves: modules named by class path, one `pooling_mode`
+    key, the length limit in tokenizer_config.json only."""
+    kinds = {"": "base.modules.transformer.Transformer",
+             "1_Pooling": "sentence_transformer.modules.pooling.Pooling",
+             "2_Dense": "base.modules.dense.Dense",
+             "3_Normalize": "base.modules.normalize.Normalize",
+             "4_Extra": "sentence_transformer.modules.layer_norm.LayerNorm"}  # fmt: skip
+    return {
+        "modules.json": [{"idx": i, "name": str(i), "path": path,
+                          "type": f"sentence_transformers.{kind}"}
+                         for i, (path, kind) in enumerate(kinds.items())],
+        "1_Pooling/config.json": {"embedding_dimension": 384, "pooling_mode": pooling_mode,
+                                  **pooling},
+        "2_Dense/config.json": {"in_features": 384, "out_features": 64},
+        "sentence_bert_config.json": {"transformer_task": "feature-extraction"},
+        "tokenizer_config.json": {"model_max_length": 200},
+        "config_sentence_transformers.json": {"prompts": {"query": "query: "}},
+    }
+
+
+def test_reads_what_sentence_transformers_6_saves(tmp_path: Path) -> None:
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", BERT, files=_st6_files("mean")))
+    assert checkpoint.st_pooling is Pooling.MEAN and checkpoint.pools_prompt
+    assert checkpoint.normalize
+    assert [p.name for p in checkpoint.dense_dirs] == ["2_Dense"]
+    assert checkpoint.max_seq_length == 200
+    assert checkpoint.ignored_modules == [
+        "sentence_transformers.sentence_transformer.modules.layer_norm.LayerNorm"]
+    plan = make_plan(checkpoint)
+    assert (plan.pooling, plan.max_input_length, plan.hidden_size) == (Pooling.MEAN, 200, 64)
+    for mode, pooling in (("cls", Pooling.CLS), (["lasttoken"], Pooling.LAST_TOKEN)):
+        folder = _folder(tmp_path / str(pooling), BERT, files=_st6_files(mode))
+        assert read_checkpoint(folder).st_pooling is pooling
+    no_prompt = read_checkpoint(
+        _folder(tmp_path / "p", BERT, files=_st6_files("mean", include_prompt=False)))
+    assert not no_prompt.pools_prompt
+
+
+@pytest.mark.parametrize("mode", ["max", "weightedmean", ["cls", "mean"]])
+def test_unsupported_pooling_is_an_error_unless_pooling_is_given(
+    tmp_path: Path, mode: object
+) -> None:
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", BERT, files=_st6_files(mode)))
+    assert checkpoint.st_pooling is None
+    with pytest.raises(ExportError, match=r"is not supported.*--pooling"):
+        make_plan(checkpoint)
+    assert make_plan(checkpoint, pooling=Pooling.MEAN).pooling is Pooling.MEAN
+
+
+def test_the_tokenizer_limit_applies_when_it_is_a_real_one(tmp_path: Path) -> None:
+    for limit, expected in ((100, 100), (10**30, 512), (0, 512)):
+        files = {"tokenizer_config.json": {"model_max_length": limit}}
+        folder = _folder(tmp_path / str(limit), BERT, files=files)
+        assert make_plan(read_checkpoint(folder)).max_input_length == expected
+    both = {"tokenizer_config.json": {"model_max_length": 100},
+            "sentence_bert_config.json": {"max_seq_length": 256}}  # fmt: skip
+    # sentence_bert_config.json's limit wins, as in sentence-transformers; positions cap it.
+    assert make_plan(read_checkpoint(_folder(tmp_path / "b", BERT, files=both))
+                     ).max_input_length == 256  # fmt: skip
+
+
 def test_pooling_flag_overrides_the_checkpoint(tmp_path: Path) -> None:
     checkpoint = read_checkpoint(
         _folder(tmp_path / "m", BERT, files=_st_files("pooling_mode_mean_tokens"))

@@ -43,6 +43,18 @@ def test_unknown_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "choose from fp32, fp16, int8" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("opset", ["99", "0", "13", "x"])
+def test_an_opset_out_of_range_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], opset: str
+) -> None:
+    """Refused before loading anything (torch would print its whole graph, then fail)."""
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse_args(["m", "out", "--opset", opset])
+    assert exit_info.value.code == 2
+    assert "--opset" in capsys.readouterr().err
+    assert parser().parse_args(["m", "out", "--opset", "18"]).opset == 18
+
+
 def test_hf_token_and_cache_default_from_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
