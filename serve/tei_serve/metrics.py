@@ -206,10 +206,13 @@ class Metrics:
                           self.predict_inference)  # fmt: skip
         else:
             return
+        # TEI records these once per input (its batch handlers call `embed` per input), so
+        # their counts equal te_*_success; each input gets the request's per-input figures.
         for histogram, seconds in zip(
             histograms, (total, tokenization, queue, inference), strict=True
         ):
-            histogram.observe(seconds)
+            for _ in range(n):
+                histogram.observe(seconds)
 
     def failure(self, err: str) -> None:
         self.families.failure(err, model=self.model)

@@ -165,7 +165,7 @@ def test_metrics_carry_the_model_label(multi: Multi) -> None:
     assert 'te_request_count{model="rr",method="batch"} 1' in text
     assert 'te_embed_success{model="emb"} 2' in text
     assert 'te_predict_success{model="rr"} 3' in text
-    assert 'te_embed_duration_count{model="emb"} 1.0' in text
+    assert 'te_embed_duration_count{model="emb"} 2.0' in text  # once per input, as TEI
     assert 'te_queue_size{model="cls"} 0.0' in text
     # failed once the model was picked: its label; failed routing: none
     assert 'te_request_failure{model="emb",err="validation"} 1' in text

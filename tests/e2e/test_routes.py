@@ -201,6 +201,10 @@ def test_health_info_metrics_docs(embed_server: Running) -> None:
                  "te_request_input_length_bucket", "te_embed_inference_duration_bucket"):
         assert name in text, name
     assert "_total" not in text and "_created" not in text
+    # Once per input, as TEI records them: the counts equal te_embed_success.
+    assert "te_embed_success 2" in text and "te_embed_duration_count 2.0" in text
+    assert "te_embed_inference_duration_count 2.0" in text
+    assert "te_request_duration_count 1.0" in text
     assert "swagger" in c.get("/docs").text.lower()
     spec = c.get("/api-doc/openapi.json").json()
     assert "/embed" in spec["paths"]

@@ -203,7 +203,7 @@ def test_failure_after_tracing_leaves_nothing(tmp_path: Path, tiny_bert: Path) -
     finally:
         api.validate.validate = original
     assert not out.exists()
-    assert [p.name for p in out.parent.iterdir()] == []
+    assert not out.parent.exists()  # the export made it, and took it away again
 
 
 def test_quiet_export_prints_nothing(tmp_path: Path, tiny_bert: Path) -> None:
