@@ -165,6 +165,14 @@ class UnknownModelError(ValidationError):
         return GrpcCode.NOT_FOUND
 
 
+class MalformedMessageError(BodyError):
+    """A gRPC message that is not valid protobuf: INTERNAL, as tonic answers it."""
+
+    @property
+    def grpc_code(self) -> GrpcCode:
+        return GrpcCode.INTERNAL
+
+
 class ClientGoneError(TeiError):
     """The client went away before its answer was ready; nothing is left queued for it."""
 

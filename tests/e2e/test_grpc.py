@@ -488,6 +488,22 @@ def test_stream_messages_wait_for_permits_where_unary_calls_are_refused(
     _wait(lambda: permits.available == 2 and permits.waiting == 0)
 
 
+def test_a_malformed_message_is_internal_as_tonic_answers_it(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    raw = r.channel.unary_unary("/tei.v1.Embed/Embed")
+    code, text = _code(lambda: raw(b"\x0a\xff\xff\xff"))
+    assert code == grpc.StatusCode.INTERNAL and "failed to decode" in text
+    stream = r.channel.stream_stream("/tei.v1.Embed/EmbedStream")
+    good = pb.EmbedRequest(inputs="a cat").SerializeToString()
+    answers: list[bytes] = []
+    code, _ = _code(lambda: answers.extend(stream(iter([good, good, b"\x0a\xff\xff\xff"]))))
+    assert code == grpc.StatusCode.INTERNAL and len(answers) == 2
+    assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
+
+
 def test_unary_rerank_waits_for_permits_as_teis_does(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:

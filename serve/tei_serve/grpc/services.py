@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from tei_runtime.manifest import Task
 from tei_serve import observe
 from tei_serve.admission import waiting_for_permits
-from tei_serve.errors import TeiError, ValidationError
+from tei_serve.errors import MalformedMessageError, TeiError, ValidationError
 from tei_serve.grpc import tei_pb2 as pb
 from tei_serve.grpc.streams import answer_in_order
 from tei_serve.metrics import Family, Method
@@ -112,6 +113,34 @@ def predict_input(inputs: list[str]) -> PredictInput:
     if len(inputs) == 2:
         return (inputs[0], inputs[1])
     raise ValidationError(f"`inputs` must have a single or two elements. Given: {len(inputs)}")
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A message that did not decode, handed on so the call ends with a status, not a log."""
+
+    error: MalformedMessageError
+
+
+def decoder(message: type[Any]) -> Callable[[bytes], Any]:
+    """The message's parser, turning a decode failure into `Malformed` (grpc would answer it
+    UNKNOWN and log a traceback per message)."""
+
+    def parse(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except DecodeError as e:
+            name = message.DESCRIPTOR.full_name
+            text = f"failed to decode Protobuf message: {name}: {e}"
+            return Malformed(MalformedMessageError(text))
+
+    return parse
+
+
+def _decoded(request: Req | Malformed) -> Req:
+    if isinstance(request, Malformed):
+        raise request.error
+    return request
 
 
 @dataclass(frozen=True)
@@ -316,7 +345,8 @@ class TeiServices:
             await self.fail(context, e)
         first: list[pb.RerankStreamRequest] = []
 
-        async def score(m: pb.RerankStreamRequest) -> tuple[float, str, Metadata]:
+        async def score(message: pb.RerankStreamRequest) -> tuple[float, str, Metadata]:
+            m = _decoded(message)
             if not first:  # answers start in message order: this is message 0
                 first.append(m)
             q = RerankQuery(query=m.query, texts=[m.text], truncate=m.truncate,
@@ -373,13 +403,16 @@ class TeiServices:
         self, route: str, fn: Callable[[Req, Call], Awaitable[Resp]], request: type[Any],
         response: type[Any],
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        async def behaviour(req: Req, context: Context) -> Resp:
-            response = await self.answered(context, fn(req, Call(context, route)))
-            await self.send_timing(context, response)
-            return response
+        async def behaviour(req: Req | Malformed, context: Context) -> Resp:
+            async def decoded_then_answered() -> Resp:
+                return await fn(_decoded(req), Call(context, route))
+
+            answer = await self.answered(context, decoded_then_answered())
+            await self.send_timing(context, answer)
+            return answer
 
         return grpc.unary_unary_rpc_method_handler(
-            behaviour, request.FromString, response.SerializeToString
+            behaviour, decoder(request), response.SerializeToString
         )
 
     def stream(
@@ -389,11 +422,13 @@ class TeiServices:
         async def behaviour(requests: AsyncIterator[Req], context: Context) -> AsyncIterator[Resp]:
             # grpc.aio tells a streaming handler by `inspect.isasyncgenfunction`
             call = Call(context, route)
-            async for response in self.streamed(requests, context, lambda req: fn(req, call)):
-                yield response
+            async for answer in self.streamed(
+                requests, context, lambda req: fn(_decoded(req), call)
+            ):
+                yield answer
 
         return grpc.stream_stream_rpc_method_handler(
-            behaviour, request.FromString, response.SerializeToString
+            behaviour, decoder(request), response.SerializeToString
         )
 
     def handlers(self) -> dict[str, Handlers]:
@@ -438,7 +473,7 @@ class TeiServices:
             for service, methods in tables.items()
         }
         out["tei.v1.Rerank"]["RerankStream"] = grpc.stream_unary_rpc_method_handler(
-            self.rerank_stream, pb.RerankStreamRequest.FromString,
+            self.rerank_stream, decoder(pb.RerankStreamRequest),
             pb.RerankResponse.SerializeToString,
         )
         return out
