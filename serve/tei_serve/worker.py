@@ -63,7 +63,9 @@ class Worker:
             clock=clock,
         )
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tei-model")
-        self.healthy = True
+        self._healthy = True
+        self.health_listeners: list[Callable[[bool], None]] = []
+        """Called, on the event loop, each time a batch or probe changes `healthy`."""
         self._wake = asyncio.Event()
         self._slot: Batch[Job] | None = None
         self._slot_filled = asyncio.Event()
@@ -71,6 +73,19 @@ class Worker:
         self._slot_free.set()
         self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def healthy(self) -> bool:
+        """False from a failed batch or probe until one succeeds."""
+        return self._healthy
+
+    @healthy.setter
+    def healthy(self, value: bool) -> None:
+        changed = value != self._healthy
+        self._healthy = value
+        if changed:
+            for listener in self.health_listeners:
+                listener(value)
 
     # -- public --------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ The client is generated from TEI's proto with grpcio-tools at test time (grpc_su
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -320,6 +321,34 @@ def test_unhealthy_is_unavailable_and_health_follows_the_backend(
     r.call(r.serving.worker.stop())
     code, text = _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")))
     assert (code, text) == (grpc.StatusCode.UNAVAILABLE, "server is shutting down")
+
+
+def test_watch_sees_a_failed_batch_and_the_recovery(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """TEI's backend reports its health after every batch; a Watch follows it, no Check needed."""
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    seen: list[int] = []
+    watch = health_pb2_grpc.HealthStub(r.channel).Watch(
+        health_pb2.HealthCheckRequest(service="tei.v1.Embed"))
+
+    def read() -> None:
+        with contextlib.suppress(grpc.RpcError):  # the cancel at the end
+            seen.extend(m.status for m in watch)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    serving_, not_serving = health_pb2.HealthCheckResponse.SERVING, \
+        health_pb2.HealthCheckResponse.NOT_SERVING  # fmt: skip
+    _wait(lambda: seen == [serving_])
+    r.serving.model.fail_batches = 1
+    code, _ = _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    _wait(lambda: seen == [serving_, not_serving])
+    assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
+    _wait(lambda: seen == [serving_, not_serving, serving_])
+    watch.cancel()
 
 
 def test_auth(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:

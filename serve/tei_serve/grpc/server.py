@@ -85,6 +85,15 @@ class ModelHealth(health.aio.HealthServicer):
         for name in self.followed:
             await self.set(name, status)
 
+    async def mirror(self) -> None:
+        """Set the followed services from the backends' flags as batches leave them, with no
+        probe: Watch sees a failed batch as TEI's health channel reports it."""
+        healthy = all(s.worker.healthy for s in self.models.servings)
+        status = health_pb2.HealthCheckResponse.SERVING if healthy else \
+            health_pb2.HealthCheckResponse.NOT_SERVING  # fmt: skip
+        for name in self.followed:
+            await self.set(name, status)
+
     async def Check(  # noqa: N802 (the gRPC method's name)
         self, request: health_pb2.HealthCheckRequest, context: aio.ServicerContext[Any, Any]
     ) -> health_pb2.HealthCheckResponse:
@@ -104,6 +113,12 @@ class GrpcServer:
                                         s.prometheus_port)  # fmt: skip
         self.port = 0
         self._grpc: aio.Server | None = None
+        self._mirroring: set[asyncio.Task[None]] = set()
+
+    def _health_changed(self, _healthy: bool) -> None:
+        task = asyncio.get_running_loop().create_task(self.health.mirror())
+        self._mirroring.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._mirroring.discard)
 
     def _build(self) -> aio.Server:
         """The grpc.aio server, built inside the running loop (it binds to the loop)."""
@@ -136,6 +151,8 @@ class GrpcServer:
         self.models.start()
         await self._grpc.start()
         await self._set_health()
+        for serving in self.models.servings:
+            serving.worker.health_listeners.append(self._health_changed)
         log.info("serving gRPC (tei.v1, grpc.health.v1, reflection) on %s", address)
 
     async def _set_health(self) -> None:
