@@ -185,6 +185,10 @@ def test_rerank_and_rerank_stream(grpc_serve: Callable[..., RunningGrpc], client
         streamed.metadata.compute_chars)
     code, text = _code(lambda: rerank.RerankStream(iter([])))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and text == "`texts` cannot be empty"
+    # On a model that is no reranker, TEI answers that before reading the stream.
+    embedder = stubs.RerankStub(grpc_serve(Task.EMBED).channel)
+    code, _ = _code(lambda: embedder.RerankStream(iter([])))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
     code, _ = _code(lambda: rerank.Rerank(pb.RerankRequest(query="q", texts=[])))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     # a reranker also answers Predict (TEI's health says so too)

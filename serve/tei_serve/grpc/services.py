@@ -36,7 +36,7 @@ from grpc import aio
 from tei_runtime.manifest import Task
 from tei_serve import observe
 from tei_serve.admission import waiting_for_permits
-from tei_serve.errors import MalformedMessageError, TeiError, ValidationError
+from tei_serve.errors import MalformedMessageError, ModelTypeError, TeiError, ValidationError
 from tei_serve.grpc import tei_pb2 as pb
 from tei_serve.grpc.streams import answer_in_order
 from tei_serve.metrics import Family, Method
@@ -340,6 +340,8 @@ class TeiServices:
         call = Call(context, "/tei.v1.Rerank/RerankStream")
         try:
             serving = self.pick(Route.RERANK, call)
+            if serving.task is not Task.RERANK:  # TEI checks before reading the stream
+                raise ModelTypeError("Backend error: model is not a re-ranker model")
             instruction = call.instruction()
         except TeiError as e:
             await self.fail(context, e)
