@@ -63,11 +63,12 @@ def resolve(
         )
     except LocalEntryNotFoundError as e:
         raise ExportError(
-            f"{model}: not in the hub cache and the hub cannot be reached "
-            f"(offline or no network); pass a local folder or populate the cache"
+            f"{model}: no such local folder, and as a hub id not in the hub cache and the hub "
+            f"cannot be reached (offline or no network); pass a local folder or populate the "
+            f"cache"
         ) from e
     except HFValidationError as e:
         raise ExportError(f"{model}: neither a folder nor a valid hub id ({e})") from e
     except OSError as e:
-        raise ExportError(f"{model}: download failed: {e}") from e
+        raise ExportError(f"{model}: no such local folder, and as a hub id: {e}") from e
     return ResolvedSource(path=path, model_id=model, revision=revision, commit_sha=path.name)

@@ -88,3 +88,4 @@ def test_uncached_hub_id_offline_fails_with_one_line(
     assert code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not in the hub cache" in err[0]
+    assert "no such local folder" in err[0]  # a mistyped relative path reads as a hub id
