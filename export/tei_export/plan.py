@@ -147,6 +147,17 @@ def make_plan(
     if task is Task.SPARSE:
         chosen_pooling = Pooling.SPLADE
     generative = is_generative_reranker(checkpoint.architecture, task)
+    if (
+        task in (Task.RERANK, Task.CLASSIFY)
+        and not generative
+        and checkpoint.architecture != "unknown"
+        and not checkpoint.architecture.endswith("ForSequenceClassification")
+    ):
+        # transformers would load a fresh random head: every score would be noise.
+        raise ExportError(
+            f"{checkpoint.path}: {checkpoint.architecture} has no classification head; "
+            f"--task {task.value} needs a *ForSequenceClassification checkpoint"
+        )
     generative_rerank = _generative_rerank(card, checkpoint) if generative else None
     head = Head.CAUSAL_LM if generative else _head(task)
     if head not in card.heads:

@@ -227,6 +227,13 @@ def test_the_tokenizer_limit_applies_when_it_is_a_real_one(tmp_path: Path) -> No
                      ).max_input_length == 256  # fmt: skip
 
 
+@pytest.mark.parametrize("task", [Task.RERANK, Task.CLASSIFY])
+def test_a_head_task_on_a_model_without_one_is_refused(tmp_path: Path, task: Task) -> None:
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", BERT))
+    with pytest.raises(ExportError, match=r"BertModel has no classification head"):
+        make_plan(checkpoint, task=task)
+
+
 def test_pooling_flag_overrides_the_checkpoint(tmp_path: Path) -> None:
     checkpoint = read_checkpoint(
         _folder(tmp_path / "m", BERT, files=_st_files("pooling_mode_mean_tokens"))
