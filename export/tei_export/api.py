@@ -83,9 +83,7 @@ def _prepare_output(output_dir: Path, overwrite: bool) -> Path | None:
                 f"replaces only an earlier artifact or an empty folder"
             )
     parent = output_dir.parent
-    created = next((p for p in reversed(parent.parents) if not p.exists()), None)
-    if created is None and not parent.exists():
-        created = parent
+    created = next((p for p in (*reversed(parent.parents), parent) if not p.exists()), None)
     try:
         parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".tei-export-probe-"):
@@ -133,63 +131,41 @@ def export_model(
     output_dir = Path(output_dir).resolve()
     created = _prepare_output(output_dir, overwrite)
     try:
-        return _resolve_and_export(
-            model, output_dir, revision=revision, token=token, cache_dir=cache_dir, task=task,
-            pooling=pooling, precisions=precisions, trust_remote_code=trust_remote_code,
-            opset=opset, quiet=quiet, external_data=external_data, dense_path=dense_path,
-            adapter=adapter,
-        )  # fmt: skip
+        progress = Progress(quiet=quiet)
+        if quiet:
+            _silence_library_progress()
+        with progress.stage("resolve"):
+            source = resolve(
+                model,
+                revision=revision,
+                token=token,
+                cache_dir=cache_dir,
+                trust_remote_code=trust_remote_code,
+            )
+            if source.path.resolve().is_relative_to(output_dir):
+                raise ExportError(
+                    f"{output_dir} holds the checkpoint {source.path}; write the artifact "
+                    f"elsewhere"
+                )
+            staged = hub_layouts.stage_native(source.path, output_dir.parent, adapter=adapter)
+        try:
+            if staged is not None:
+                progress.note(
+                    "hub layout mapped onto transformers' native class; no hub code runs"
+                )
+                _note_adapters(progress, source.path, adapter)
+                source = msgspec.structs.replace(source, path=staged, adapter=adapter)
+            return _export(
+                source, output_dir, progress, task=task, pooling=pooling,
+                precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
+                external_data=external_data, dense_path=dense_path,
+            )  # fmt: skip
+        finally:
+            if staged is not None:
+                shutil.rmtree(staged, ignore_errors=True)
     except BaseException:
         _remove_created(created)
         raise
-
-
-def _resolve_and_export(
-    model: str,
-    output_dir: Path,
-    *,
-    revision: str | None,
-    token: str | None,
-    cache_dir: Path | None,
-    task: Task | None,
-    pooling: Pooling | str | None,
-    precisions: list[Precision] | list[str] | None,
-    trust_remote_code: bool,
-    opset: int,
-    quiet: bool,
-    external_data: bool,
-    dense_path: str | None,
-    adapter: str | None,
-) -> Path:
-    progress = Progress(quiet=quiet)
-    if quiet:
-        _silence_library_progress()
-    with progress.stage("resolve"):
-        source = resolve(
-            model,
-            revision=revision,
-            token=token,
-            cache_dir=cache_dir,
-            trust_remote_code=trust_remote_code,
-        )
-        if source.path.resolve().is_relative_to(output_dir):
-            raise ExportError(
-                f"{output_dir} holds the checkpoint {source.path}; write the artifact elsewhere"
-            )
-        staged = hub_layouts.stage_native(source.path, output_dir.parent, adapter=adapter)
-    try:
-        if staged is not None:
-            progress.note("hub layout mapped onto transformers' native class; no hub code runs")
-            _note_adapters(progress, source.path, adapter)
-            source = msgspec.structs.replace(source, path=staged, adapter=adapter)
-        return _export(
-            source, output_dir, progress, task=task, pooling=pooling, precisions=precisions,
-            trust_remote_code=trust_remote_code, opset=opset, external_data=external_data,
-            dense_path=dense_path,
-        )
-    finally:
-        if staged is not None:
-            shutil.rmtree(staged, ignore_errors=True)
 
 
 def _note_adapters(progress: Progress, checkpoint: Path, adapter: str | None) -> None:
