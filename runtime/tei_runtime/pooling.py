@@ -67,10 +67,12 @@ def truncate_dimensions(vectors: FloatArray, dimensions: int | None) -> FloatArr
     """Matryoshka truncation: keep the first `dimensions` columns (normalise afterwards)."""
     if dimensions is None:
         return vectors
-    full = vectors.shape[-1]
-    if dimensions <= 0 or dimensions > full:
+    # TEI's texts, so a served error reads as TEI's.
+    if dimensions <= 0:
+        raise ValidationError("`dimensions` should be positive")
+    if dimensions > vectors.shape[-1]:
         raise ValidationError(
-            f"`dimensions` must be between 1 and {full} for this model. Given: {dimensions}"
+            "`dimensions` should be smaller than the maximum embedding dimension."
         )
     return np.ascontiguousarray(vectors[..., :dimensions])
 

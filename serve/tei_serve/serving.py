@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
-from typing import Literal, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 import msgspec
 import numpy as np
@@ -200,7 +200,24 @@ def _ms(ns: int) -> str:
     return str(ns // 1_000_000)
 
 
-def timing_headers(meta: Metadata, compute: str) -> dict[str, str]:
+class Timings(Protocol):
+    """What the x-* headers read: `Metadata`, or the gRPC answer's `Metadata` message."""
+
+    @property
+    def compute_chars(self) -> int: ...
+    @property
+    def compute_tokens(self) -> int: ...
+    @property
+    def total_time_ns(self) -> int: ...
+    @property
+    def tokenization_time_ns(self) -> int: ...
+    @property
+    def queue_time_ns(self) -> int: ...
+    @property
+    def inference_time_ns(self) -> int: ...
+
+
+def timing_headers(meta: Timings, compute: str) -> dict[str, str]:
     """TEI's x-* headers: on HTTP answers, and as gRPC response metadata of unary calls."""
     return {
         "x-compute-type": compute,
@@ -607,13 +624,10 @@ class Serving:
             inputs, self.output, meta, truncate=truncate, direction=direction,
             prompt_name=prompt_name,
         )  # fmt: skip
-        stacked = _stack([r.value for r in results])
-        if dimensions is not None and dimensions > stacked.shape[-1]:
-            raise ValidationError(
-                "Input validation error: `dimensions` should be smaller than the maximum "
-                "embedding dimension."
-            )
-        vectors = pooling.truncate_dimensions(stacked, dimensions)
+        try:
+            vectors = pooling.truncate_dimensions(_stack([r.value for r in results]), dimensions)
+        except rt_errors.ValidationError as e:
+            raise from_runtime(e) from e
         return pooling.normalize(vectors) if normalize else vectors
 
     async def _scores(

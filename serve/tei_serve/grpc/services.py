@@ -233,13 +233,8 @@ class TeiServices:
         (the unary calls and RerankStream, as TEI's gRPC server sends them)."""
         if "metadata" not in response.DESCRIPTOR.fields_by_name:
             return
-        m = response.metadata
-        meta = Metadata(
-            compute_chars=m.compute_chars, compute_tokens=m.compute_tokens,
-            total_time_ns=m.total_time_ns, tokenization_time_ns=m.tokenization_time_ns,
-            queue_time_ns=m.queue_time_ns, inference_time_ns=m.inference_time_ns,
-        )  # fmt: skip
-        await context.send_initial_metadata(tuple(timing_headers(meta, self.compute).items()))
+        headers = timing_headers(response.metadata, self.compute)
+        await context.send_initial_metadata(tuple(headers.items()))
 
     # -- Info -------------------------------------------------------------------------------
 
