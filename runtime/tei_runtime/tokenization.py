@@ -43,6 +43,9 @@ def _is_pair(item: object) -> bool:
     )
 
 
+_U32_MAX = 2**32 - 1
+
+
 def _ids(item: object) -> tuple[int, ...]:
     try:
         # operator.index takes ints and numpy integers, and refuses floats and strings.
@@ -202,11 +205,14 @@ class Tokenizer:
         self, ids: tuple[int, ...], prefix: str | None, truncate: bool, direction: Direction
     ) -> Encoding:
         """Token ids read as TEI reads them: decoded, then tokenized again, so that a prompt
-        can go before them; with no prompt that leaves well-formed ids as they were."""
-        too_big = [i for i in ids if i >= self.vocab_size]
-        if too_big:
+        can go before them; with no prompt that leaves well-formed ids as they were. Ids the
+        vocabulary lacks drop out in the decoding, as in TEI (OpenAI clients send tiktoken
+        ids); ids that are not u32 are refused, as TEI's body parser refuses them."""
+        if any(i > _U32_MAX for i in ids):
+            raise ValidationError("token ids must fit in 32 bits (at most 4294967295)")
+        if all(i >= self.vocab_size for i in ids):
             raise ValidationError(
-                f"token id {too_big[0]} is outside the vocabulary (size {self.vocab_size})"
+                f"no token id is in the vocabulary (size {self.vocab_size}): nothing to embed"
             )
         tok = self._plain
         if truncate:

@@ -32,6 +32,9 @@ AUTO_DENSE = "auto"
 """--dense-path's value for: the Dense modules modules.json lists (TEI's default)."""
 NO_ADAPTER = "none"
 """--adapter's value for: the base weights, no task adapter merged."""
+SIMILARITY_TASK = "sentence-similarity"
+"""TEI's own value of the TASK env var: an embedding model's `/` and `/invocations` answer
+/similarity. It is not a --task value, so TASK keeps that meaning here too."""
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
 
@@ -80,6 +83,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_port: int = 9000
     cors_allow_origin: tuple[str, ...] | None = None
     grpc: bool = False
+    similarity_root: bool = False
+    """TASK=sentence-similarity (env only, as in TEI): `/` and `/invocations` of an embedding
+    model answer like /similarity."""
     # ours
     device: str = "auto"
     intra_op_threads: int | None = None
@@ -350,10 +356,13 @@ def load_settings(
     """Parse `argv` (default: sys.argv[1:]) over `env` (default: os.environ)."""
     env = os.environ if env is None else env
     args = vars(build_parser().parse_args(argv))
-    values: dict[str, Any] = {}
+    similarity_root = env.get("TASK", "").strip().lower() == SIMILARITY_TASK
+    values: dict[str, Any] = {"similarity_root": similarity_root}
     for opt in _OPTIONS:
         if opt.dest in args:
             values[opt.dest] = args[opt.dest]
+        elif opt.dest == "tasks" and similarity_root:
+            continue
         elif opt.env in env:
             values[opt.dest] = _from_env(opt, env[opt.env])
         elif opt.dest == "hf_token" and "HF_API_TOKEN" in env:

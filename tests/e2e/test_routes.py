@@ -101,6 +101,55 @@ def test_similarity(embed_server: Running) -> None:
     assert len(scores) == 2 and abs(scores[0] - 1) < 1e-5 and scores[1] < 0.999
 
 
+def test_root_answers_similarity_under_tei_task_env(serve: Callable[..., Running]) -> None:
+    """TEI's TASK=sentence-similarity: `/` and `/invocations` of an embedder answer like
+    /similarity (huggingface_hub's sentence_similarity posts there)."""
+    r = serve(Task.EMBED, similarity_root=True)
+    body = {"inputs": {"source_sentence": "a cat", "sentences": ["a cat", "the stock market"]}}
+    expected = r.client.post("/similarity", json=body).json()
+    assert len(expected) == 2
+    for path in ("/", "/invocations"):
+        assert r.client.post(path, json=body).json() == expected
+    plain = serve(Task.EMBED)
+    assert plain.client.post("/", json=body).status_code == 422  # an /embed body there
+
+
+def _floats(value: object) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, list):
+        return [f for v in value for f in _floats(v)]
+    if isinstance(value, dict):
+        return [f for v in value.values() for f in _floats(v)]
+    return []
+
+
+def test_floats_are_written_as_tei_writes_float32(serve: Callable[..., Running]) -> None:
+    """TEI (serde_json) writes each float32 with its shortest digits, so clients parse the
+    same Python floats from both; the float64 a float32 widens to is another float."""
+    texts = ["the cat sat on the mat", "stock markets fell", "a dog"]
+    calls = {
+        Task.EMBED: [("/embed", {"inputs": texts}), ("/embed_all", {"inputs": texts[:1]}),
+                     ("/v1/embeddings", {"input": texts, "model": "x"}),
+                     ("/similarity", {"inputs": {"source_sentence": texts[0],
+                                                 "sentences": texts[1:]}})],
+        Task.SPARSE: [("/embed_sparse", {"inputs": texts})],
+        Task.CLASSIFY: [("/predict", {"inputs": texts[0]}),
+                        ("/predict", {"inputs": [[t] for t in texts], "raw_scores": True})],
+        Task.RERANK: [("/rerank", {"query": "cat", "texts": texts, "raw_scores": True})],
+    }  # fmt: skip
+    for task, posts in calls.items():
+        r = serve(task)
+        for path, body in posts:
+            got = r.client.post(path, json=body)
+            assert got.status_code == 200, (path, got.text)
+            values = _floats(got.json())
+            assert len(values) > 1, path
+            shortest = [float(np.format_float_positional(np.float32(v), unique=True))
+                        for v in values]  # fmt: skip
+            assert values == shortest, path
+
+
 def test_tokenize_decode(embed_server: Running) -> None:
     c = embed_server.client
     toks = c.post("/tokenize", json={"inputs": "Hello world"}).json()

@@ -118,7 +118,8 @@ class SparseValue(msgspec.Struct, frozen=True, kw_only=True):
 
 class OpenAIEmbedding(msgspec.Struct, frozen=True, kw_only=True):
     object: str
-    embedding: list[float] | str
+    embedding: msgspec.Raw | str
+    """The vector's JSON text (tei_serve.http.floats), or base64 of its float32 bytes."""
     index: int
 
 

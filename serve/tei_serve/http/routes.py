@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar, assert_never
 
@@ -28,6 +27,7 @@ from tei_serve.auth import ApiKey
 from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
 from tei_serve.http.body import read_body
 from tei_serve.http.docs import docs_routes
+from tei_serve.http.floats import json_array, json_scores
 from tei_serve.http.protocol import (
     DECODERS,
     ENCODER,
@@ -63,7 +63,9 @@ from tei_serve.serving import (
     EmbedQuery,
     Metadata,
     OpenAIQuery,
+    Prediction,
     PredictQuery,
+    Rank,
     RerankQuery,
     Serving,
     SimilarityQuery,
@@ -73,6 +75,7 @@ from tei_serve.serving import (
 )
 
 T = TypeVar("T")
+Scored = TypeVar("Scored", Rank, Prediction)
 AnyRequest = Request[Any, Any, Any]
 JSON = "application/json"
 MODEL_HEADER = "x-model"
@@ -102,6 +105,14 @@ async def until_disconnect(request: AnyRequest, work: Coroutine[Any, Any, T]) ->
         return task.result()
     task.cancel()
     raise ClientGoneError("client disconnected")
+
+
+def _tei_scores(items: list[Scored]) -> list[Scored]:
+    """Each score as the float TEI's JSON text of it reads back as (float32's shortest
+    digits; tei_serve.http.floats)."""
+    scores = json_scores([item.score for item in items])
+    return [msgspec.structs.replace(item, score=score)
+            for item, score in zip(items, scores, strict=True)]  # fmt: skip
 
 
 def _method(batch: bool) -> Method:
@@ -179,7 +190,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         )  # fmt: skip
         r = await observe(serving, request, "embed", _method(batch), "embed", len(inputs),
                           serving.embed(q))  # fmt: skip
-        return respond(ENCODER.encode(r.vectors.tolist()), r.metadata)
+        return respond(ENCODER.encode(json_array(r.vectors)), r.metadata)
 
     def embed_all_query(req: EmbedAllRequest) -> tuple[EmbedAllQuery, bool]:
         inputs, batch = parse_inputs(req.inputs)
@@ -197,8 +208,11 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         q, batch = embed_all_query(req)
         r = await observe(serving, request, "embed_sparse", _method(batch), "embed", len(q.inputs),
                            serving.embed_sparse(q))  # fmt: skip
-        out = [[SparseValue(index=i, value=v) for i, v in zip(s.indices, s.values, strict=True)]
-               for s in r.vectors]  # fmt: skip
+        out = [
+            [SparseValue(index=i, value=v)
+             for i, v in zip(s.indices, json_scores(s.values), strict=True)]
+            for s in r.vectors
+        ]  # fmt: skip
         return respond(ENCODER.encode(out), r.metadata)
 
     async def run_similarity(
@@ -215,7 +229,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         n = 1 + len(q.sentences)
         r = await observe(serving, request, "similarity", "batch", "embed", n,
                           serving.similarity(q))  # fmt: skip
-        return respond(ENCODER.encode(r.scores), r.metadata)
+        return respond(ENCODER.encode(json_scores(r.scores)), r.metadata)
 
     async def run_predict(
         request: AnyRequest, body: bytes, chosen: Serving | None = None
@@ -230,7 +244,8 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         )  # fmt: skip
         r = await observe(serving, request, "predict", _method(batch), "predict", len(inputs),
                            serving.predict(q))  # fmt: skip
-        return respond(ENCODER.encode(r.predictions if batch else r.predictions[0]), r.metadata)
+        predictions = [_tei_scores(p) for p in r.predictions]
+        return respond(ENCODER.encode(predictions if batch else predictions[0]), r.metadata)
 
     async def run_rerank(
         request: AnyRequest, body: bytes, chosen: Serving | None = None
@@ -244,7 +259,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         )  # fmt: skip
         r = await observe(serving, request, "rerank", "batch", "predict", len(req.texts),
                            serving.rerank(q))  # fmt: skip
-        return respond(ENCODER.encode(r.ranks), r.metadata)
+        return respond(ENCODER.encode(_tei_scores(r.ranks)), r.metadata)
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -259,7 +274,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         q, batch = embed_all_query(req)
         r = await observe(serving, request, "embed_all", _method(batch), "embed", len(q.inputs),
                            serving.embed_all(q))  # fmt: skip
-        content = await serving.offload(lambda: ENCODER.encode([v.tolist() for v in r.vectors]))
+        content = await serving.offload(lambda: ENCODER.encode([json_array(v) for v in r.vectors]))
         return respond(content, r.metadata)
 
     @post("/embed_sparse", guards=guards)
@@ -279,7 +294,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
             OpenAIEmbedding(
                 object="embedding", index=i,
                 embedding=base64.b64encode(row.astype("<f4").tobytes()).decode()
-                if base64_out else row.tolist(),
+                if base64_out else json_array(row),
             )
             for i, row in enumerate(r.vectors)
         ]  # fmt: skip
@@ -311,7 +326,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
             case Task.RERANK:
                 return await run_rerank(request, body, serving)
             case Task.EMBED | Task.SPARSE:
-                if os.environ.get("TASK") == "sentence-similarity":
+                if settings.similarity_root:
                     return await run_similarity(request, body, serving)
                 if serving.task is Task.SPARSE:
                     return await run_embed_sparse(request, body, serving)

@@ -167,6 +167,16 @@ def test_task_follows_the_models_in_order() -> None:
     assert load_settings(["--model-id", "a"], env={}).task_of(0) is None
 
 
+def test_tei_task_env_keeps_its_meaning_beside_task() -> None:
+    """TASK=sentence-similarity is TEI's (the `/` route answers /similarity), not a --task."""
+    s = load_settings([], env={"TASK": "Sentence-Similarity"})
+    assert s.similarity_root and s.tasks == ()
+    s = load_settings(["--task", "embed"], env={"TASK": "sentence-similarity"})
+    assert s.similarity_root and s.tasks == ("embed",)
+    s = load_settings([], env={"TASK": "embed"})
+    assert not s.similarity_root and s.tasks == ("embed",)
+
+
 def test_task_refused_when_unknown_or_not_one_per_model(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
