@@ -3,7 +3,10 @@ the way its model card does.
 
 The card tokenizes the system prompt (`prefix`) and the answer opening (`suffix`) on their own,
 truncates only the formatted pair to what is left of the input length, and joins the ids; so
-does this, so a long document loses its end and never the question asked of the model.
+does this. Cut at the right (the card's way), a long document loses its end; cut at the left,
+it loses its start, and the instruction and query before it stay (keeping the pair's last
+tokens would cut those first). Where the instruction and query alone fill the input, the
+pair is cut at its end whichever the side, so the document is gone: the card does the same.
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ def format_pair(prompt: AnswerPrompt, query: str, document: str, instruction: st
     return prompt.template.format(instruction=chosen, query=query, document=document)
 
 
+def document_start(prompt: AnswerPrompt, query: str, instruction: str | None) -> int:
+    """Where the document begins in `format_pair`'s text, in characters."""
+    chosen = prompt.default_instruction if instruction is None else instruction
+    head = prompt.template.partition("{document}")[0]
+    return len(head.format(instruction=chosen, query=query))
+
+
 class PromptedPairs:
     """Encodes (query, document) pairs for one generative reranker; token id lists are taken
     as the whole prompt, as they are."""
@@ -36,7 +46,8 @@ class PromptedPairs:
         if self.budget <= 0:
             raise ManifestError(
                 f"the reranker prompt takes {len(self.prefix_ids) + len(self.suffix_ids)} tokens, "
-                f"no fewer than max_input_length {tokenizer.max_input_length}"
+                f"no fewer than the {tokenizer.max_input_length} an input may have "
+                "(max_input_length, or a server's --max-batch-tokens where lower)"
             )
 
     def encode(
@@ -48,18 +59,22 @@ class PromptedPairs:
         truncation_direction: Direction,
     ) -> list[Encoding]:
         texts: list[str] = []
+        starts: list[int] = []
         for item in inputs:
             if isinstance(item, str):
                 raise ValidationError(
                     "a generative reranker scores (query, document) pairs, not single texts"
                 )
             if isinstance(item, tuple) and len(item) == 2 and all(isinstance(s, str) for s in item):
-                texts.append(format_pair(self.prompt, str(item[0]), str(item[1]), instruction))
-        formatted = iter(self.tokenizer.ids_without_specials(texts))
+                query, document = str(item[0]), str(item[1])
+                texts.append(format_pair(self.prompt, query, document, instruction))
+                starts.append(document_start(self.prompt, query, instruction))
+        formatted = iter(zip(self.tokenizer.encode_without_specials(texts), starts, strict=True))
         out: list[Encoding] = []
         for item in inputs:
             if isinstance(item, tuple) and len(item) == 2 and all(isinstance(s, str) for s in item):
-                out.append(self._join(next(formatted), truncate, truncation_direction))
+                pair, start = next(formatted)
+                out.append(self._join(pair, start, truncate, truncation_direction))
             else:
                 out.extend(
                     self.tokenizer.encode(
@@ -68,11 +83,18 @@ class PromptedPairs:
                 )
         return out
 
-    def _join(self, pair: tuple[int, ...], truncate: bool, direction: Direction) -> Encoding:
-        if len(pair) > self.budget:
+    def _join(
+        self, pair: Encoding, document_start: int, truncate: bool, direction: Direction
+    ) -> Encoding:
+        kept = pair.ids
+        if len(kept) > self.budget:
             if not truncate:
-                total = len(self.prefix_ids) + len(pair) + len(self.suffix_ids)
+                total = len(self.prefix_ids) + len(kept) + len(self.suffix_ids)
                 raise InputTooLongError(total, self.tokenizer.max_input_length)
-            pair = pair[-self.budget :] if direction == "left" else pair[: self.budget]
-        ids = self.prefix_ids + pair + self.suffix_ids
+            head = sum(1 for start, _ in pair.offsets if start < document_start)
+            if direction == "left" and head < self.budget:
+                kept = kept[:head] + kept[len(kept) - (self.budget - head) :]
+            else:
+                kept = kept[: self.budget]
+        ids = self.prefix_ids + kept + self.suffix_ids
         return Encoding(ids=ids, type_ids=(0,) * len(ids), offsets=((0, 0),) * len(ids))

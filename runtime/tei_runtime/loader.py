@@ -76,6 +76,7 @@ def load(
     max_batch_tokens: int = 16384,
     cache_dir: Path | None = None,
     host: Host | None = None,
+    max_input_length: int | None = None,
 ) -> Model:
     """Load an artifact written by tei-export.
 
@@ -85,7 +86,11 @@ def load(
     raises ProviderError; the files loaded are checked against the manifest's sha256
     (ManifestError naming the file).
     `host` replaces the live probe (tests, or a caller that probed already).
+    `max_input_length` lowers the manifest's tokens per input (TEI's server cuts it to
+    --max-batch-tokens); inputs are truncated, or refused, at the lower length.
     """
+    if max_input_length is not None and max_input_length < 1:
+        raise ProviderError(f"max_input_length must be at least 1, got {max_input_length}")
     artifact = open_artifact(artifact_dir)
     resolved = host if host is not None else probe()
     choice = plan(
@@ -99,7 +104,10 @@ def load(
     )
     manifest = artifact.manifest
     variant = manifest.variant(choice.precision, graph_cpu_class(choice, resolved))
-    tokenizer = Tokenizer(verify_tokenizer(artifact), max_input_length=manifest.max_input_length)
+    length = manifest.max_input_length
+    if max_input_length is not None:
+        length = min(length, max_input_length)
+    tokenizer = Tokenizer(verify_tokenizer(artifact), max_input_length=length)
     model_path = verify_variant(artifact, variant)
     if choice.device is Device.TENSORRT:
         # TensorRT writes its engine and timing caches here; it does not create the folder.

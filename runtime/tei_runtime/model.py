@@ -58,7 +58,8 @@ class Model:
         self.choice = choice
         self.provider: str = choice.provider
         self.precision: Precision = choice.precision
-        self.max_input_length: int = manifest.max_input_length
+        self.max_input_length: int = tokenizer.max_input_length
+        """The manifest's, or lower where the loader was asked to cut it."""
         self.max_batch_tokens = max_batch_tokens
         cpu = choice.device in (Device.CPU, Device.OPENVINO)
         self.packing = Packing(
@@ -99,10 +100,10 @@ class Model:
         self._left_pad = manifest.padding_side == "left"
         self._truncation_side: Direction = "left" if manifest.truncation_side == "left" else "right"
         self.dimension: int = backend.output_dims.get(SENTENCE_EMBEDDING) or manifest.hidden_size
+        """Width of forward_embed's vectors (before any matryoshka truncation)."""
         generative = manifest.generative_rerank
         self._pairs = None if generative is None else PromptedPairs(generative.prompt, tokenizer)
         """A generative reranker's prompt: every pair is tokenized through it."""
-        """Width of forward_embed's vectors (before any matryoshka truncation)."""
 
     # ---- tokenization -------------------------------------------------------------------
 

@@ -195,11 +195,18 @@ class Tokenizer:
 
     def ids_without_specials(self, texts: Sequence[str]) -> list[tuple[int, ...]]:
         """Token ids of each text as it is: no special tokens added, no truncation."""
+        return [e.ids for e in self.encode_without_specials(texts)]
+
+    def encode_without_specials(self, texts: Sequence[str]) -> list[Encoding]:
+        """Each text as it is (no special tokens added, no truncation), with offsets."""
         try:
             encoded = self._plain.encode_batch(list(texts), add_special_tokens=False)
         except Exception as e:  # tokenizers raises bare Exception
             raise TokenizerError(str(e)) from e
-        return [tuple(enc.ids) for enc in encoded]
+        return [
+            Encoding(ids=tuple(e.ids), type_ids=tuple(e.type_ids), offsets=tuple(e.offsets))
+            for e in encoded
+        ]
 
     def _from_ids(
         self, ids: tuple[int, ...], prefix: str | None, truncate: bool, direction: Direction

@@ -126,6 +126,8 @@ def load_model(
         intra_op_threads=intra_op_threads or settings.intra_op_threads,
         max_batch_tokens=settings.max_batch_tokens,
         cache_dir=None,
+        # TEI cuts the model's length to the batch budget (check_limits allowed it).
+        max_input_length=settings.max_batch_tokens,
     )
     return model, model_id
 
@@ -212,7 +214,34 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
         raise ModelLoadError(
             f"two models would be served as {twice[0]!r}: name them with --served-model-name"
         )
+    check_default_prompt_name(settings, [m for _, m in loaded])
     return loaded
+
+
+def check_default_prompt_name(settings: Settings, loaded: Sequence[LoadedModel]) -> None:
+    """--default-prompt-name must name a prompt of the model (TEI refuses to start without
+    it); with several models, of at least one, and the others serve without it."""
+    name = settings.default_prompt_name
+    if name is None:
+        return
+    lacking = [m for m in loaded if name not in m.model.manifest.prompts.prompts]
+    if len(lacking) < len(loaded):
+        for m in lacking:
+            log.warning("--default-prompt-name `%s` is not a prompt of model %s: its requests "
+                        "get no default prompt", name, m.served_model_name)  # fmt: skip
+        return
+    if len(loaded) > 1:
+        raise SettingsError(f"--default-prompt-name `{name}` is not a prompt of any model served")
+    prompts = sorted(loaded[0].model.manifest.prompts.prompts)
+    if not prompts:
+        raise SettingsError(
+            f"`default-prompt-name` is set to `{name}` but no prompts were found in the "
+            "Sentence Transformers configuration"
+        )
+    raise SettingsError(
+        f"`default-prompt-name` is set to `{name}` but it was not found in the Sentence "
+        f"Transformers prompts. Available prompts: {prompts}"
+    )
 
 
 def uvicorn_config(front: Serving | Models) -> uvicorn.Config:

@@ -133,12 +133,22 @@ class MetricFamilies:
                 lines.append(f"# TYPE {name} counter")
                 for labels, value in sorted(values.items()):
                     if labels:
-                        inner = ",".join(f'{k}="{v}"' for k, v in labels)
-                        lines.append(f"{name}{{{inner}}} {value:g}")
+                        inner = ",".join(f'{k}="{_escaped(v)}"' for k, v in labels)
+                        lines.append(f"{name}{{{inner}}} {_number(value)}")
                     else:
-                        lines.append(f"{name} {value:g}")
+                        lines.append(f"{name} {_number(value)}")
         text = "\n".join(lines) + ("\n" if lines else "")
         return text.encode() + prometheus_client.generate_latest(self.registry)
+
+
+def _number(value: float) -> str:
+    """Counts as integers, as TEI's exporter writes its u64 counters; never rounded."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _escaped(label_value: str) -> str:
+    """A label value as the text format writes it (a served model name may hold anything)."""
+    return label_value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 class Metrics:

@@ -379,6 +379,12 @@ class Serving:
         """When it was loaded (Unix seconds; `created` in GET /v1/models)."""
         self.clock = clock
         self.task: Task = model.manifest.task
+        default_name = settings.default_prompt_name
+        self.default_prompt_name = (
+            default_name if default_name in model.manifest.prompts.prompts else None
+        )
+        """--default-prompt-name where this model has that prompt (the start refuses a name
+        no model has; a model without it, beside one with it, serves without it)."""
         self.output: Output = output_for_task(self.task)
         """The forward this model serves."""
         self._owns_shared = shared is None
@@ -400,7 +406,7 @@ class Serving:
             self.metrics,
             max_concurrent_requests=settings.max_concurrent_requests,
             pool=self.shared.pool,
-            default_prompt_name=settings.default_prompt_name,
+            default_prompt_name=self.default_prompt_name,
             default_prompt=settings.default_prompt,
             clock=clock,
         )
@@ -537,7 +543,7 @@ class Serving:
         self._check_batch(len(q.inputs))
         if any(not text for text in q.inputs):
             raise EmptyError("Input validation error: `inputs` cannot be empty")
-        prompt_name = q.prompt_name or self.settings.default_prompt_name
+        prompt_name = q.prompt_name or self.default_prompt_name
 
         def work() -> list[list[Token]]:
             rows = self.model.tokenize(

@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import httpx
+import msgspec
 import numpy as np
 import pytest
 import uvicorn
@@ -20,8 +21,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_support import RunningGrpc, generate_client
 
 from support.loopback_server import loopback, run_uvicorn
-from tei_runtime.manifest import Task
+from tei_runtime.manifest import Prompts, Task
+from tei_serve.cli import check_default_prompt_name
 from tei_serve.models import LoadedModel, Models, build_models
+from tei_serve.settings import SettingsError
 
 
 class Multi:
@@ -250,3 +253,38 @@ def test_grpc_picks_by_the_model_metadata(tokenizer_json: Path, client: Any) -> 
         assert statuses() == {health_pb2.HealthCheckResponse.SERVING}  # the probe passes
     finally:
         r.stop()
+
+
+def test_default_prompt_name_where_the_model_has_it_and_utf8_header_names(
+    tokenizer_json: Path,
+) -> None:
+    with_prompt = FakeModel(tokenizer_json, Task.EMBED)
+    without = FakeModel(tokenizer_json, Task.EMBED)
+    without.manifest = msgspec.structs.replace(without.manifest, prompts=Prompts())
+    loaded = [LoadedModel(model=with_prompt, model_id="org/a", served_model_name="café"),
+              LoadedModel(model=without, model_id="org/b", served_model_name="b")]  # fmt: skip
+    settings = loopback(default_prompt_name="query")
+    check_default_prompt_name(settings, loaded)  # one has it: the other serves without it
+    m = Multi(build_models(settings, loaded))
+    try:
+        assert [s.default_prompt_name for s in m.models.servings] == ["query", None]
+        for name, first in (("café", "query"), ("b", "hello")):
+            r = m.client.post("/tokenize", json={"inputs": "hello", "model": name})
+            assert r.status_code == 200, r.text
+            assert r.json()[0][1]["text"] == first
+            # The header names it too, sent as UTF-8 bytes.
+            r = m.client.post("/tokenize", json={"inputs": "hello"},
+                              headers={"x-model": name.encode()})  # fmt: skip
+            assert r.status_code == 200, r.text
+            assert r.json()[0][1]["text"] == first
+    finally:
+        with_prompt.gate.set()
+        without.gate.set()
+        m.stop()
+    with pytest.raises(SettingsError, match="not a prompt of any model"):
+        check_default_prompt_name(settings, [loaded[1], loaded[1]])
+    # One model: TEI's start-up refusals.
+    with pytest.raises(SettingsError, match="no prompts were found"):
+        check_default_prompt_name(settings, [loaded[1]])
+    with pytest.raises(SettingsError, match=r"Available prompts: \['query'\]"):
+        check_default_prompt_name(loopback(default_prompt_name="passage"), [loaded[0]])

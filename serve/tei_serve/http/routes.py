@@ -119,6 +119,18 @@ def _method(batch: bool) -> Method:
     return "batch" if batch else "single"
 
 
+def _model_header(request: AnyRequest) -> str | None:
+    """The `x-model` header as UTF-8 (HTTP hands header bytes over as latin-1), so a served
+    name such as `café` can be picked by header as by the body."""
+    value = request.headers.get(MODEL_HEADER)
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 def _named(body: bytes) -> str | None:
     """The body's `model` field, if it has a string one; a body that does not decode is
     reported by the route it reaches."""
@@ -161,7 +173,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     def pick(request: AnyRequest, route: Route, named: str | None) -> Serving:
         """The model for `route`: the body's `model` field, else the `x-model` header. The
         error handler counts a failure after this under the picked model."""
-        serving = models.pick(route, named or request.headers.get(MODEL_HEADER))
+        serving = models.pick(route, named or _model_header(request))
         request.state.model = serving.served_model_name
         return serving
 

@@ -69,6 +69,34 @@ def test_truncation_cuts_the_pair_never_the_prompt(tokenizer: Tokenizer) -> None
                      truncation_direction="right")  # fmt: skip
 
 
+def test_left_truncation_cuts_the_document_start_not_the_question(
+    tokenizer: Tokenizer,
+) -> None:
+    pairs = PromptedPairs(PROMPT, tokenizer)
+    document = " ".join(f"w{i}" for i in range(300))
+    text = {}
+    for side in ("left", "right"):
+        [enc] = pairs.encode([("what is it", document)], instruction="judge",
+                             truncate=True, truncation_direction=side)  # fmt: skip
+        assert len(enc.ids) == 120
+        assert enc.ids[: len(pairs.prefix_ids)] == pairs.prefix_ids
+        assert enc.ids[-len(pairs.suffix_ids) :] == pairs.suffix_ids
+        text[side] = tokenizer.decode([list(enc.ids)], skip_special_tokens=False)[0]
+    for side in ("left", "right"):
+        assert "<Instruct>: judge\n<Query>: what is it\n<Document>:" in text[side]
+    assert "w0 w1" in text["right"] and "w299" not in text["right"]
+    assert text["left"].rstrip().endswith("w299<|im_end|>\n<|im_start|>assistant")
+    assert "w0 " not in text["left"]
+    # A question that fills the input alone is cut at its end on either side, as the card does.
+    long_query = " ".join(f"q{i}" for i in range(300))
+    ends = [
+        pairs.encode([(long_query, "the document")], instruction=None, truncate=True,
+                     truncation_direction=side)[0].ids
+        for side in ("left", "right")
+    ]  # fmt: skip
+    assert ends[0] == ends[1] and len(ends[0]) == 120
+
+
 def test_single_texts_are_refused_and_token_ids_pass(tokenizer: Tokenizer) -> None:
     pairs = PromptedPairs(PROMPT, tokenizer)
     with pytest.raises(ValidationError, match="pairs"):

@@ -105,6 +105,27 @@ def test_embed_packs_batches_and_restores_order(embed_artifact: Built) -> None:
     np.testing.assert_allclose(small[7], m.embed([texts[7]])[0], atol=1e-5)
 
 
+def test_max_input_length_is_cut_to_a_servers_batch_budget(embed_artifact: Built) -> None:
+    """TEI cuts the model's length to --max-batch-tokens (auto-truncate on): inputs are then
+    truncated there, /info reports it, and a longer input with truncation off is refused."""
+    from tei_runtime.errors import InputTooLongError
+    from tei_serve.cli import load_model
+    from tei_serve.settings import Settings
+
+    text = "cat dog " * 20
+    full = load(embed_artifact.root)
+    assert full.max_input_length > 6 and len(full.encode([text])[0]) > 6
+    for model in (load(embed_artifact.root, max_input_length=6),
+                  load_model(Settings(model_ids=(str(embed_artifact.root),),
+                                      max_batch_tokens=6))[0]):  # fmt: skip
+        assert model.max_input_length == 6
+        assert len(model.encode([text])[0]) == 6
+        with pytest.raises(InputTooLongError):
+            model.encode([text], truncate=False)
+    wide = load(embed_artifact.root, max_input_length=10_000)
+    assert wide.max_input_length == full.max_input_length
+
+
 def test_matryoshka_dimensions(embed_artifact: Built) -> None:
     m = load(embed_artifact.root)
     full = m.embed(TEXTS[:2], normalize=False)

@@ -1,0 +1,26 @@
+"""The te_* text page: any served model name stays one label value, counts stay exact."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tei_serve.metrics import MetricFamilies
+
+
+def test_odd_model_names_are_escaped_and_big_counts_are_not_rounded() -> None:
+    families = MetricFamilies(512, model_label=True)
+    names = ['q"x\\y', "two\nlines", "café"]
+    for name in names:
+        view = families.view(name)
+        view.received("batch", "embed", 1_234_567)
+        view.failure("validation")
+    samples = {
+        (s.name, s.labels.get("model")): s.value
+        for family in text_string_to_metric_families(families.render().decode())
+        for s in family.samples
+    }
+    for name in names:
+        assert samples[("te_embed_count_total", name)] == 1_234_567
+        assert samples[("te_request_failure_total", name)] == 1
+    text = families.render().decode()
+    assert "te_embed_count{model=\"café\"} 1234567\n" in text
