@@ -234,6 +234,15 @@ def test_grpc_picks_by_the_model_metadata(tokenizer_json: Path, client: Any) -> 
             with pytest.raises(grpc.RpcError) as err:
                 call()
             assert err.value.code() == code and needle in err.value.details()  # type: ignore[attr-defined]
+        # A bad instruction for a named model is counted under that model.
+        families = r.models.families
+        before = families.counter_value("te_request_failure", "validation", model="rr")
+        with pytest.raises(grpc.RpcError):
+            stubs.RerankStub(r.channel).Rerank(pb.RerankRequest(query="q", texts=["a"]),
+                                               metadata=[("model", "rr"),
+                                                         ("instruction-bin", b"\xff")])  # fmt: skip
+        after = families.counter_value("te_request_failure", "validation", model="rr")
+        assert after == before + 1
         health = health_pb2_grpc.HealthStub(r.channel)
         services = ("", "tei.v1.Embed", "tei.v1.Predict", "tei.v1.Rerank")
 

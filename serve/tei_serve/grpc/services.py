@@ -190,6 +190,15 @@ class TeiServices:
     def pick(self, route: Route, call: Call) -> Serving:
         return self.models.pick(route, call.model())
 
+    @staticmethod
+    def instruction(call: Call, serving: Serving) -> str | None:
+        """The call's instruction; a bad one is counted under the model it was for."""
+        try:
+            return call.instruction()
+        except TeiError as e:
+            e.model = serving.served_model_name
+            raise
+
     # -- the error path and the record path -----------------------------------------------
 
     async def fail(self, context: Context, err: TeiError) -> NoReturn:
@@ -293,10 +302,10 @@ class TeiServices:
     async def _predict_one(
         self, item: PredictInput, req: pb.PredictRequest | pb.PredictPairRequest, call: Call
     ) -> pb.PredictResponse:
+        serving = self.pick(Route.PREDICT, call)
         q = PredictQuery(inputs=[item], truncate=req.truncate, raw_scores=req.raw_scores,
                          truncation_direction=direction(req.truncation_direction),
-                         instruction=call.instruction())  # fmt: skip
-        serving = self.pick(Route.PREDICT, call)
+                         instruction=self.instruction(call, serving))  # fmt: skip
         r = await self.observed(call, serving, serving.predict(q), handler="predict",
                                 family="predict", n=1)  # fmt: skip
         predictions = [pb.Prediction(score=p.score, label=p.label) for p in r.predictions[0]]
@@ -313,13 +322,13 @@ class TeiServices:
     # -- Rerank -----------------------------------------------------------------------------
 
     async def _rerank(self, req: pb.RerankRequest, call: Call) -> pb.RerankResponse:
+        serving = self.pick(Route.RERANK, call)
         q = RerankQuery(
             query=req.query, texts=list(req.texts), truncate=req.truncate,
             truncation_direction=direction(req.truncation_direction),
             raw_scores=req.raw_scores, return_text=req.return_text,
-            instruction=call.instruction(),
+            instruction=self.instruction(call, serving),
         )  # fmt: skip
-        serving = self.pick(Route.RERANK, call)
         # As TEI's gRPC Rerank: each pair waits for a permit rather than failing at once.
         r = await self.observed(call, serving, waiting_for_permits(serving.rerank(q)),
                                 handler="rerank",
@@ -337,7 +346,7 @@ class TeiServices:
             serving = self.pick(Route.RERANK, call)
             if serving.task is not Task.RERANK:  # TEI checks before reading the stream
                 raise ModelTypeError("Backend error: model is not a re-ranker model")
-            instruction = call.instruction()
+            instruction = self.instruction(call, serving)
         except TeiError as e:
             await self.fail(context, e)
         first: list[pb.RerankStreamRequest] = []
