@@ -35,7 +35,13 @@ from tei_serve.model import Input, ServedModel
 from tei_serve.model_source import ExportOptions, ModelSourceError, resolve
 from tei_serve.models import LoadedModel, Models, build_models
 from tei_serve.serving import Serving
-from tei_serve.settings import Settings, SettingsError, load_settings
+from tei_serve.settings import (
+    KEEP_ALIVE_SECONDS,
+    SHUTDOWN_GRACE_SECONDS,
+    Settings,
+    SettingsError,
+    load_settings,
+)
 from tei_serve.worker import forward_in_pieces
 
 log = logging.getLogger("tei_serve")
@@ -259,6 +265,12 @@ def uvicorn_config(front: Serving | Models) -> uvicorn.Config:
         http="httptools",
         server_header=False,
         backlog=max(2048, s.max_concurrent_requests * 2),
+        # TEI (hyper) never closes an idle connection; uvicorn's 5 s default races pooled
+        # clients and proxies, whose request sent as the server closes is lost. 620 s is
+        # longer than the usual client and load-balancer idle timeouts (60-600 s).
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        # Requests in flight get this long after SIGTERM, inside Kubernetes' default 30 s.
+        timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
     )
 
 
@@ -273,7 +285,10 @@ def serve(served: Serving | Models) -> bool:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _after_shutdown)
-    uv.run()
+    try:
+        uv.run()
+    except SystemExit:  # uvicorn exits 3 where it cannot bind; the CLI says 1, as with --grpc
+        return False
     return bool(uv.started)
 
 

@@ -32,6 +32,12 @@ AUTO_DENSE = "auto"
 """--dense-path's value for: the Dense modules modules.json lists (TEI's default)."""
 NO_ADAPTER = "none"
 """--adapter's value for: the base weights, no task adapter merged."""
+SHUTDOWN_GRACE_SECONDS = 25.0
+"""After SIGTERM, how long calls in flight (HTTP and gRPC) may take before they are cut:
+inside Kubernetes' default 30 s grace period, so the pod exits before it is killed."""
+KEEP_ALIVE_SECONDS = 620
+"""How long an idle HTTP connection is kept (TEI: forever); above common client and load
+balancer idle timeouts, so a pooled client never sends on a connection being closed."""
 SIMILARITY_TASK = "sentence-similarity"
 """TEI's own value of the TASK env var: an embedding model's `/` and `/invocations` answer
 /similarity. It is not a --task value, so TASK keeps that meaning here too."""

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -144,3 +145,27 @@ def test_default_model_export_curl_reuse_and_sigterm(
     assert not any(m.startswith("exporting ") for m in messages)
     assert any("variant=int8" in m for m in messages if m.startswith("ready: "))
     assert not second.healthy()
+
+
+def test_a_port_in_use_ends_the_start_with_one_line_and_exit_1(
+    tmp_path: Path, tiny_reranker_artifact: Path
+) -> None:
+    """Over HTTP as with --grpc: a port another process holds is exit status 1 and one error
+    line naming it, no traceback (uvicorn alone would exit 3)."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        for mode in ([], ["--grpc"]):
+            run = subprocess.run(
+                [str(TEI_SERVE), "--model-id", str(tiny_reranker_artifact), "--port", str(taken),
+                 "--hostname", "127.0.0.1", "--prometheus-port", "0", *mode],
+                capture_output=True, text=True, timeout=120,
+                env={**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path)},
+            )  # fmt: skip
+            assert run.returncode == 1, (mode, run.returncode, run.stderr[-2000:])
+            assert "Traceback" not in run.stderr, run.stderr[-2000:]
+            assert str(taken) in run.stderr
+    finally:
+        holder.close()

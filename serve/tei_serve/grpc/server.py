@@ -31,14 +31,13 @@ from tei_serve.grpc.services import TeiServices
 from tei_serve.metrics_port import MetricsPort
 from tei_serve.models import Models
 from tei_serve.serving import Serving
+from tei_serve.settings import SHUTDOWN_GRACE_SECONDS
 
 log = logging.getLogger("tei_serve")
 
-GRACE_SECONDS = 30.0
 GRPC_MESSAGE_LIMIT = 4 * 1024 * 1024
 """TEI's gRPC server ignores --payload-limit and keeps tonic's 4 MiB message limit; ours is
 the larger of the two, so a TEI client's message fits and an operator can still raise it."""
-"""How long calls in flight at SIGTERM get to finish before they are cancelled."""
 
 _TEI = tei_pb2.DESCRIPTOR.services_by_name
 ALWAYS_SERVING = (_TEI["Info"].full_name, _TEI["Tokenize"].full_name)
@@ -162,7 +161,7 @@ class GrpcServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.refresh()
 
-    async def stop(self, grace: float | None = GRACE_SECONDS) -> None:
+    async def stop(self, grace: float | None = SHUTDOWN_GRACE_SECONDS) -> None:
         """Refuse new calls, let those in flight finish (up to `grace`), drain the queue."""
         await self.health.enter_graceful_shutdown()
         if self._grpc is not None:

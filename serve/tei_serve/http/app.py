@@ -6,6 +6,7 @@ comes after the request body has been read (see `tei_serve.http.body`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,9 +16,11 @@ from litestar.config.cors import CORSConfig
 from tei_serve.http.body import DrainUnread
 from tei_serve.http.errors import make_exception_handler
 from tei_serve.http.routes import build_routes
-from tei_serve.metrics_port import MetricsPort
+from tei_serve.metrics_port import MetricsPort, MetricsPortError
 from tei_serve.models import Models
 from tei_serve.serving import Serving
+
+log = logging.getLogger("tei_serve")
 
 
 def build_app(front: Serving | Models) -> DrainUnread:
@@ -27,7 +30,12 @@ def build_app(front: Serving | Models) -> DrainUnread:
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         metrics_port = MetricsPort(models.families.render, s.hostname, s.prometheus_port)
-        await metrics_port.start()
+        try:
+            await metrics_port.start()
+        except MetricsPortError as e:
+            # /metrics on the HTTP port still serves them, and TEI's HTTP server binds no
+            # such port: two servers on one host (each its own --port) must both start.
+            log.warning("%s; the metrics stay on /metrics of port %d", e, s.port)
         models.start()
         try:
             yield
