@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
@@ -229,7 +229,7 @@ class TeiServices:
         requests: AsyncIterator[Req],
         context: Context,
         answer: Callable[[Req], Awaitable[Resp]],
-    ) -> AsyncIterator[Resp]:
+    ) -> AsyncGenerator[Resp, None]:
         try:
             async for response in answer_in_order(
                 requests, lambda r: waiting_for_permits(answer(r)), window=self.window
