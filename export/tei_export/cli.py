@@ -120,7 +120,12 @@ def parser() -> argparse.ArgumentParser:
         help="write each graph's weights to <graph>.data even when it fits in one file "
         "(automatic over ~2 GB)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it exists")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUTPUT_DIR if it is an earlier artifact (has manifest.json) or an empty "
+        "folder; anything else is refused",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 

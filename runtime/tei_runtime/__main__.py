@@ -21,7 +21,7 @@ from tei_runtime.providers import graph_cpu_class
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tei_runtime", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tei-runtime", description=__doc__)
     parser.add_argument("--print-host", action="store_true", help="print the host probe")
     parser.add_argument("artifact", nargs="?", type=Path, help="artifact folder to plan for")
     parser.add_argument("--device", default="auto", help="auto|cpu|cuda|tensorrt|rocm|openvino")

@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
             "max_client_batch_size=%d listening on %s:%d%s",
             m.model_id, model.manifest.task.value, model.provider,
-            model.precision.value, model.max_input_length,
+            model.variant.name, model.max_input_length,
             settings.max_batch_tokens, settings.max_batch_requests,
             settings.max_concurrent_requests, settings.max_client_batch_size,
             settings.hostname, settings.port,

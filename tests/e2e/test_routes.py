@@ -235,7 +235,8 @@ def test_health_info_metrics_docs(embed_server: Running) -> None:
     for path in ("/health", "/ping", "/"):
         r = c.get(path)
         assert r.status_code == 200 and r.content == b""
-    for path in ("/health", "/ping", "/", "/info", "/metrics", "/v1/models"):
+    for path in ("/health", "/ping", "/", "/info", "/metrics", "/v1/models", "/docs",
+                 "/docs/swagger-ui.css", "/api-doc/openapi.json", "/openapi.json"):  # fmt: skip
         r = c.head(path)  # axum's `get` answers HEAD; load balancers probe with it
         assert r.status_code == 200 and r.content == b"", path
     assert c.get("/metrics").headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"

@@ -11,10 +11,12 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from litestar import Response, get
+from litestar import Response, route
 from litestar.handlers.http_handlers import HTTPRouteHandler
 from litestar.params import FromPath
 from swagger_ui_bundle import swagger_ui_path
+
+from tei_serve.http.protocol import GET_HEAD
 
 ASSETS = {"swagger-ui.css": "text/css", "swagger-ui-bundle.js": "text/javascript"}
 
@@ -41,18 +43,18 @@ def docs_routes() -> list[HTTPRouteHandler]:
     document = openapi_document()
     files = {name: asset(name) for name in ASSETS}
 
-    @get("/docs")
+    @route("/docs", http_method=GET_HEAD)
     async def page() -> Response[str]:
         return Response(content=PAGE, media_type="text/html")
 
-    @get("/docs/{name:str}")
+    @route("/docs/{name:str}", http_method=GET_HEAD)
     async def docs_asset(name: FromPath[str]) -> Response[bytes]:
         if name not in files:
             return Response(content=b"", status_code=404)
         return Response(content=files[name], media_type=ASSETS[name],
                         headers={"cache-control": "public, max-age=86400"})
 
-    @get(["/api-doc/openapi.json", "/openapi.json"])
+    @route(["/api-doc/openapi.json", "/openapi.json"], http_method=GET_HEAD)
     async def openapi() -> Response[bytes]:
         return Response(content=document, media_type="application/json")
 

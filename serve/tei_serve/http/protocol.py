@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
+from litestar import HttpMethod
 
 from tei_serve.errors import BodyError, EmptyError, ValidationError
 from tei_serve.serving import Direction
@@ -173,6 +174,8 @@ DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
     )
 }
 ENCODER = msgspec.json.Encoder()
+GET_HEAD = [HttpMethod.GET, HttpMethod.HEAD]
+"""TEI's GET routes (axum's `get`) answer HEAD too: load balancers probe /health with it."""
 
 
 def decode(body: bytes, type_: type[T]) -> T:

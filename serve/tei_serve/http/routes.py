@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar, assert_never
 
 import msgspec
-from litestar import HttpMethod, Request, Response, post, route
+from litestar import Request, Response, post, route
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
@@ -31,6 +31,7 @@ from tei_serve.http.floats import json_array, json_scores
 from tei_serve.http.protocol import (
     DECODERS,
     ENCODER,
+    GET_HEAD,
     DecodeRequest,
     EmbedAllRequest,
     EmbedRequest,
@@ -79,8 +80,6 @@ Scored = TypeVar("Scored", Rank, Prediction)
 AnyRequest = Request[Any, Any, Any]
 JSON = "application/json"
 MODEL_HEADER = "x-model"
-GET_HEAD = [HttpMethod.GET, HttpMethod.HEAD]
-"""TEI's GET routes (axum's `get`) answer HEAD too: load balancers probe /health with it."""
 OWNED_BY = "tei-onnx"
 
 async def _wait_disconnect(request: AnyRequest) -> None:
