@@ -23,7 +23,6 @@ model, else the first.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -426,21 +425,13 @@ class TeiServices:
         self, route: str, fn: Callable[[Req, Call], Awaitable[Resp]], request: type[Any],
         response: type[Any],
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        async def behaviour(requests: AsyncIterator[Req], context: Context) -> None:
-            # Answers are written here, not yielded to grpc: a write that fails because the
-            # client cancelled (grpc may see the failed write before it marks the call
-            # cancelled, and then logs an ERROR traceback) just ends the call.
+        async def behaviour(requests: AsyncIterator[Req], context: Context) -> AsyncIterator[Resp]:
+            # grpc.aio tells a streaming handler by `inspect.isasyncgenfunction`
             call = Call(context, route)
-            answers = self.streamed(requests, context, lambda req: fn(_decoded(req), call))
-            async with contextlib.aclosing(answers):
-                async for answer in answers:
-                    try:
-                        await context.write(answer)
-                    except Exception as e:  # grpc raises its private ExecuteBatchError
-                        if isinstance(e, aio.AbortError):
-                            raise
-                        log.debug("%s: the client is gone (%s)", route, type(e).__name__)
-                        return
+            async for answer in self.streamed(
+                requests, context, lambda req: fn(_decoded(req), call)
+            ):
+                yield answer
 
         return grpc.stream_stream_rpc_method_handler(
             behaviour, decoder(request), response.SerializeToString
