@@ -217,7 +217,7 @@ class Tokenizer:
         ids); ids that are not u32 are refused, as TEI's body parser refuses them."""
         if any(i > _U32_MAX for i in ids):
             raise ValidationError("token ids must fit in 32 bits (at most 4294967295)")
-        if all(i >= self.vocab_size for i in ids):
+        if ids and all(i >= self.vocab_size for i in ids):
             raise ValidationError(
                 f"no token id is in the vocabulary (size {self.vocab_size}): nothing to embed"
             )

@@ -270,7 +270,7 @@ def uvicorn_config(front: Serving | Models) -> uvicorn.Config:
         # longer than the usual client and load-balancer idle timeouts (60-600 s).
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         # Requests in flight get this long after SIGTERM, inside Kubernetes' default 30 s.
-        timeout_graceful_shutdown=int(SHUTDOWN_GRACE_SECONDS),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
 
 

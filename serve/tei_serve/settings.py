@@ -32,7 +32,7 @@ AUTO_DENSE = "auto"
 """--dense-path's value for: the Dense modules modules.json lists (TEI's default)."""
 NO_ADAPTER = "none"
 """--adapter's value for: the base weights, no task adapter merged."""
-SHUTDOWN_GRACE_SECONDS = 25.0
+SHUTDOWN_GRACE_SECONDS = 25
 """After SIGTERM, how long calls in flight (HTTP and gRPC) may take before they are cut:
 inside Kubernetes' default 30 s grace period, so the pod exits before it is killed."""
 KEEP_ALIVE_SECONDS = 620
