@@ -13,11 +13,18 @@ _DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 _SHORT = {v: k for k, v in _DTYPES.items()}
 
 
-def engines(dtypes: list[str], *, full_stack: bool = True) -> list[str]:
-    """In run order: the baseline first, then ours in-process, ours over HTTP and gRPC
-    (EmbedStream), infinity, fastembed. Without full_stack: the in-process ones only."""
+GRAPHS = ("fused", "plain")
+
+
+def engines(dtypes: list[str], *, full_stack: bool = True, graphs: bool = True) -> list[str]:
+    """In run order: the baseline first, then ours in-process (the graph the runtime picks
+    for this host, then with `graphs` each CPU graph forced, to measure that pick), ours over
+    HTTP and gRPC (EmbedStream), infinity, fastembed. Without full_stack: the in-process ones
+    only."""
     ours = [_SHORT[d] for d in dtypes]
     inproc = ["st"] + [f"runtime-{p}" for p in ours]
+    if graphs:
+        inproc += [f"runtime-{g}-{p}" for p in ours if p != "fp16" for g in GRAPHS]
     if not full_stack:
         return inproc
     return (
@@ -31,6 +38,12 @@ def engines(dtypes: list[str], *, full_stack: bool = True) -> list[str]:
 def is_int8(engine: str) -> bool:
     """Whose limit is the host's int8 GEMM rate rather than its fp32 one."""
     return engine.endswith("-int8")
+
+
+def graph_of(engine: str) -> str:
+    """runtime-plain-fp32 -> plain; every other engine -> auto (the runtime's own pick)."""
+    parts = engine.split("-")
+    return parts[1] if len(parts) == 3 and parts[0] == "runtime" and parts[1] in GRAPHS else "auto"
 
 
 def is_grpc(engine: str) -> bool:

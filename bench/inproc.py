@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench.config import Sizes, dtype_of
+from bench.config import Sizes, dtype_of, graph_of
 from bench.measure import run_cell
 from bench.procs import peak_rss_mb
 from bench.records import Cell, EngineRun, Model
@@ -25,7 +25,7 @@ from bench.texts import Pool
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
-    engine: str  # st | runtime-fp32 | runtime-fp16 | runtime-int8 | fastembed
+    engine: str  # st, runtime-fp32 / -fp16 / -int8, runtime-plain-fp32 ..., fastembed
     device: str  # cpu | cuda
     checkpoint: str
     artifact: str
@@ -42,7 +42,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
 Embed = Callable[[list[str], int], np.ndarray]
 
 
-def _load(job: Job) -> Embed:
+def _load(job: Job) -> tuple[Embed, str | None]:
+    """The engine's embed function, and the variant tei_runtime loaded (None for others)."""
     if job.engine == "st":
         from sentence_transformers import SentenceTransformer
 
@@ -52,7 +53,7 @@ def _load(job: Job) -> Embed:
             out = st.encode(texts, batch_size=batch, show_progress_bar=False)
             return np.asarray(out)
 
-        return st_embed
+        return st_embed, None
     if job.engine == "fastembed":
         from fastembed import TextEmbedding
 
@@ -63,19 +64,21 @@ def _load(job: Job) -> Embed:
         def fe_embed(texts: list[str], batch: int) -> np.ndarray:
             return np.stack(list(fe.embed(texts, batch_size=batch)))
 
-        return fe_embed
+        return fe_embed, None
     import tei_runtime
 
-    model = tei_runtime.load(job.artifact, device=job.device, dtype=dtype_of(job.engine))
+    model = tei_runtime.load(
+        job.artifact, device=job.device, dtype=dtype_of(job.engine), graph=graph_of(job.engine)
+    )
 
     def rt_embed(texts: list[str], batch: int) -> np.ndarray:
         return np.asarray(model.embed(texts))  # the runtime packs by its own token budget
 
-    return rt_embed
+    return rt_embed, model.variant.name
 
 
 def run(job: Job) -> EngineRun:
-    embed = _load(job)
+    embed, variant = _load(job)
     embed(["cold start"], 1)
     cold = time.time() - job.spawned_at
     cells: list[Cell] = []
@@ -108,6 +111,7 @@ def run(job: Job) -> EngineRun:
         cold_start_s=cold,
         peak_rss_mb=peak_rss_mb(os.getpid()),
         cells=cells,
+        variant=variant,
     )
 
 

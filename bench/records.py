@@ -31,6 +31,7 @@ class EngineRun(msgspec.Struct, frozen=True, kw_only=True):
     cells: list[Cell] = msgspec.field(default_factory=list)
     min_cosine_vs_st: float | None = None  # on the mixed texts, filled by the orchestrator
     error: str | None = None  # why the engine did not run (its own error text)
+    variant: str | None = None  # the artifact variant tei_runtime ran: fp32, int8-plain ...
 
 
 class Machine(msgspec.Struct, frozen=True, kw_only=True):

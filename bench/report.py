@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 
+from bench import graph_choice
 from bench.limits import fp32_limit, fraction, limit_line, limit_of
 from bench.records import EngineRun, Run
 
@@ -357,6 +358,7 @@ def markdown(run: Run) -> str:
                   + ", ".join(f"{k} {v:.4f}" for k, v in run.cosines.items())]  # fmt: skip
     lines += ["", "## Targets", "", "| target | measured | |", "| --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in targets(run, table)]
+    lines += graph_choice.lines(run, {k: r.texts_s for k, r in table.items()})
     lines += [
         "",
         "## Throughput and latency",
@@ -527,6 +529,11 @@ def summary(results: list[Run]) -> str:
             lines += ["", f"{run.model.key}: {len(over)} cells over 100% of the measured limit: "
                       "the limit was measured while other work held a core, so it is no ceiling "
                       "in this run (see its results.md)"]  # fmt: skip
+    for run in results:
+        graphs = graph_choice.lines(run, {k: r.texts_s for k, r in rows(run).items()})
+        if graphs:
+            graphs[1] = f"## CPU graph per host: {run.model.key or run.model.name}"
+        lines += graphs
     lines += ["", "## Targets", "", "| model | target | measured | |", "| --- | --- | --- | --- |"]
     for run in results:
         lines += [f"| {run.model.key or run.model.name} | {a} | {b} | {c} |"

@@ -360,7 +360,10 @@ def timed_lengths(bm: BenchModel, wanted: list[str]) -> list[str]:
 def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measured]) -> Run:
     """One model: its checkpoint and artifact, its texts, every engine; the limits after."""
     sizes = sizes_for(bm, opts)
-    chosen = engines(opts.dtypes, full_stack=bm.full_stack)
+    # The forced CPU graphs double the in-process time: by default only on MiniLM, whose
+    # cells are seconds; the big shapes run them when --engines names them.
+    chosen = engines(opts.dtypes, full_stack=bm.full_stack,
+                     graphs=bm.full_stack or bool(opts.engines))  # fmt: skip
     if opts.engines:
         chosen = [e for e in chosen if e in opts.engines]
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

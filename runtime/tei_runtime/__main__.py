@@ -15,9 +15,8 @@ import msgspec
 from tei_runtime.artifact import open_artifact
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.host import CpuClass, probe
-from tei_runtime.loader import plan
+from tei_runtime.loader import pick_variant, plan
 from tei_runtime.manifest import Variant
-from tei_runtime.providers import graph_cpu_class
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,10 +28,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--intra-op-threads", type=int, default=None)
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--graph", default="auto", help="auto|fused|plain: the CPU graph load(graph=...) takes"
+    )
     return parser
 
 
-def variant_reason(variant: Variant, cpu: CpuClass) -> str:
+def variant_reason(variant: Variant, cpu: CpuClass, *, forced: bool = False) -> str:
+    if forced:
+        return f"the {variant.graph.value} graph, as asked (--graph)"
     if cpu in variant.hosts:
         return f"the {variant.graph.value} graph, measured faster on {cpu.value} hosts"
     return f"the {variant.precision.value} default ({variant.graph.value} graph)"
@@ -59,18 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_batch_tokens=args.max_batch_tokens,
                 cache_dir=args.cache_dir,
             )
+            variant = pick_variant(artifact.manifest, choice, host, args.graph)
         except TeiRuntimeError as e:
             report["error"] = str(e)
             sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
             return 1
-        variant = artifact.manifest.variant(choice.precision, graph_cpu_class(choice, host))
         report["choice"] = msgspec.to_builtins(choice)
         report["variant"] = {
             "name": variant.name,
             "file": variant.file,
             "graph": variant.graph.value,
             "cpu_class": host.cpu_class.value,
-            "why": variant_reason(variant, host.cpu_class),
+            "why": variant_reason(variant, host.cpu_class, forced=args.graph != "auto"),
         }
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
     return 0

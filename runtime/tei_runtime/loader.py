@@ -8,7 +8,7 @@ from pathlib import Path
 from tei_runtime.artifact import Artifact, open_artifact, verify_tokenizer, verify_variant
 from tei_runtime.errors import ProviderError
 from tei_runtime.host import Host, probe
-from tei_runtime.manifest import Manifest, Precision
+from tei_runtime.manifest import GraphForm, Manifest, Precision, Variant
 from tei_runtime.model import Model
 from tei_runtime.providers import (
     Device,
@@ -34,6 +34,27 @@ def default_shas(manifest: Manifest) -> dict[Precision, str]:
         if v.precision not in shas or not v.hosts:
             shas[v.precision] = v.sha256
     return shas
+
+
+def graph_form(graph: str) -> GraphForm | None:
+    """`load(graph=...)`: None for auto, else the form asked for (ProviderError if unknown)."""
+    if graph == "auto":
+        return None
+    try:
+        return GraphForm(graph)
+    except ValueError:
+        known = ", ".join(["auto", *(g.value for g in GraphForm)])
+        raise ProviderError(f"unknown graph {graph!r}; known: {known}") from None
+
+
+def pick_variant(manifest: Manifest, choice: ProviderChoice, host: Host, graph: str) -> Variant:
+    """The variant a load runs: `graph` auto takes the one measured for the host's CPU class."""
+    forced = graph_form(graph)
+    if forced is not None and choice.device is not Device.CPU:
+        raise ProviderError(
+            f"graph {graph} is for the CPU provider; {choice.provider} runs the default graph"
+        )
+    return manifest.variant(choice.precision, graph_cpu_class(choice, host), forced)
 
 
 def plan(
@@ -77,6 +98,7 @@ def load(
     cache_dir: Path | None = None,
     host: Host | None = None,
     max_input_length: int | None = None,
+    graph: str = "auto",
 ) -> Model:
     """Load an artifact written by tei-export.
 
@@ -88,7 +110,10 @@ def load(
     `host` replaces the live probe (tests, or a caller that probed already).
     `max_input_length` lowers the manifest's tokens per input (TEI's server cuts it to
     --max-batch-tokens); inputs are truncated, or refused, at the lower length.
+    `graph`: auto (the graph measured best on this CPU class, else the default), fused or
+    plain (CPU provider only: GPU engine caches are keyed by the default graph).
     """
+    graph_form(graph)  # an unknown name fails before anything is read
     if max_input_length is not None and max_input_length < 1:
         raise ProviderError(f"max_input_length must be at least 1, got {max_input_length}")
     artifact = open_artifact(artifact_dir)
@@ -103,7 +128,7 @@ def load(
         cache_dir=cache_dir,
     )
     manifest = artifact.manifest
-    variant = manifest.variant(choice.precision, graph_cpu_class(choice, resolved))
+    variant = pick_variant(manifest, choice, resolved, graph)
     length = manifest.max_input_length
     if max_input_length is not None:
         length = min(length, max_input_length)

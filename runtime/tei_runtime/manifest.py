@@ -165,13 +165,24 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """A generative reranker (a causal LM answering yes/no): how pairs become its prompt.
     Absent in every other artifact (and in artifacts written before it existed)."""
 
-    def variant(self, precision: Precision, cpu: CpuClass | None = None) -> Variant:
+    def variant(
+        self, precision: Precision, cpu: CpuClass | None = None, graph: GraphForm | None = None
+    ) -> Variant:
         """The variant of `precision` to run: the one measured best on CPU class `cpu` when
-        the artifact has one, else the precision's default (None: a GPU, always the default)."""
+        the artifact has one, else the precision's default (None: a GPU, always the default).
+        `graph` asks for one graph form whatever the host (benchmarks, an unmeasured host)."""
         found = [v for v in self.variants if v.precision is precision]
         if not found:
             have = ", ".join(v.precision.value for v in self.variants)
             raise ManifestError(f"artifact has no {precision.value} variant (it has: {have})")
+        if graph is not None:
+            for v in found:
+                if v.graph is graph:
+                    return v
+            have = ", ".join(sorted(v.graph.value for v in found))
+            raise ManifestError(
+                f"artifact has no {graph.value} {precision.value} graph (it has: {have})"
+            )
         if cpu is not None:
             for v in found:
                 if cpu in v.hosts:

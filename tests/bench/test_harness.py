@@ -63,7 +63,8 @@ def test_artifact_cache_key_follows_the_exporter(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None:
-    engines = ["st", "runtime-int8", "serve-int8", "serve-grpc-int8"]
+    engines = ["st", "runtime-int8", "runtime-fused-int8", "runtime-plain-int8", "serve-int8",
+               "serve-grpc-int8"]  # fmt: skip
     subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--engines", ",".join(engines),
          "--artifact", str(minilm_artifact), "--out", str(tmp_path / "out"),
@@ -75,7 +76,15 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
     assert run.quick
     assert {e.engine for e in run.engines} == set(engines)
     assert all(e.error is None and e.cells for e in run.engines)
+    variants = {e.engine: e.variant for e in run.engines}
+    assert variants["runtime-fused-int8"] == "int8"
+    assert variants["runtime-plain-int8"] == "int8-plain"
+    assert variants["runtime-int8"] in ("int8", "int8-plain")  # the host's own pick
     md = (out / "results.md").read_text()
+    graphs = md.split("## CPU graph per host", 1)[1].split("\n## ", 1)[0]
+    assert f"| {variants['runtime-int8']} |" in graphs
+    biggest = max(c.batch for e in run.engines for c in e.cells)
+    assert f"| int8 | {biggest} |" in graphs and "| int8 | 1 |" in graphs
     header = "| engine | length | batch | conc | texts/s | spread | tokens/s | p50 ms | p99 ms "
     lines = md.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from bench import report
-from bench.config import BIG, engines
+from bench import graph_choice, report
+from bench.config import BIG, engines, graph_of
 from bench.flops import flops_per_token, model_shape
 from bench.limits import fraction, limit_line, limit_of
 from bench.models import MODELS, _save_sentence_transformers, recipe_digest
@@ -132,8 +133,49 @@ def test_sizes_and_lengths_follow_the_model_and_the_options() -> None:
                           "batches": (1,), "repeats": 2})  # fmt: skip
     assert sizes_for(MODELS["minilm"], narrowed).batches == (1,)
     assert sizes_for(MODELS["minilm"], narrowed).repeats == 2
-    assert engines(["float32", "int8"], full_stack=False) == ["st", "runtime-fp32", "runtime-int8"]
+    small = engines(["float32", "int8"], full_stack=False, graphs=False)
+    assert small == ["st", "runtime-fp32", "runtime-int8"]
+    assert "runtime-plain-int8" in engines(["float32", "int8"], full_stack=False)
     assert "fastembed" in engines(["float32"])
+    full = engines(["float32", "int8"])
+    assert full[:7] == ["st", "runtime-fp32", "runtime-int8", "runtime-fused-fp32",
+                        "runtime-plain-fp32", "runtime-fused-int8",
+                        "runtime-plain-int8"]  # fmt: skip
+    assert "runtime-plain-fp16" not in engines(["float16"])  # GPUs run the default graph only
+
+
+def test_graph_engines_name_their_graph_and_dtype() -> None:
+    from bench.config import dtype_of, is_int8
+
+    assert graph_of("runtime-plain-int8") == "plain" and dtype_of("runtime-plain-int8") == "int8"
+    assert is_int8("runtime-fused-int8")
+    assert graph_of("runtime-fp32") == graph_of("serve-fp32") == "auto"
+
+
+def test_graph_choice_verdict_and_section() -> None:
+    rates = {
+        ("runtime-fused-fp32", "short", 32, 1): 100.0,
+        ("runtime-plain-fp32", "short", 32, 1): 121.0,
+        ("runtime-fused-fp32", "long", 32, 1): 10.0,
+        ("runtime-plain-fp32", "long", 32, 1): 10.0,
+        ("runtime-fused-fp32", "short", 1, 1): 50.0,
+        ("runtime-plain-fp32", "short", 1, 1): 51.0,
+        ("runtime-fused-int8", "short", 32, 1): 80.0,  # plain int8 not run: no int8 row
+    }
+    ratios = graph_choice.plain_over_fused(rates, "fp32", 32)
+    assert ratios == {"short": pytest.approx(1.21), "long": pytest.approx(1.0)}
+    assert graph_choice.verdict(ratios) == "plain faster (plain / fused 1.10x)"
+    assert graph_choice.verdict({"short": 1.02, "long": 0.99}).startswith("tie")
+    assert graph_choice.verdict({"short": 0.8}) == "fused faster (plain / fused 0.80x)"
+    assert graph_choice.verdict({}) == "not measured"
+    run = msgspec.structs.replace(
+        _run("minilm"), engines=[EngineRun(engine="runtime-fp32", repeat=0, variant="fp32-plain")]
+    )
+    text = "\n".join(graph_choice.lines(run, rates))
+    assert "| fp32 | 1 | 1.02x |  | tie" in text
+    assert "| fp32 | 32 | 1.21x | 1.00x | plain faster (plain / fused 1.10x) | fp32-plain |" in text
+    assert "| int8 |" not in text
+    assert graph_choice.lines(run, {("st", "short", 32, 1): 1.0}) == []
 
 
 def test_checkpoint_recipe_pooling_and_digest(tmp_path: Path) -> None:

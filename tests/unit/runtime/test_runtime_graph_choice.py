@@ -11,9 +11,10 @@ from rt_artifacts import ArtifactFactory, Built
 
 import tei_runtime
 from tei_runtime.__main__ import variant_reason
+from tei_runtime.artifact import open_artifact
 from tei_runtime.checksum import sha256_file
 from tei_runtime.host import CpuClass, Host
-from tei_runtime.loader import default_shas
+from tei_runtime.loader import default_shas, pick_variant, plan
 from tei_runtime.manifest import (
     GraphForm,
     Precision,
@@ -107,3 +108,42 @@ def _variant() -> tei_runtime.manifest.Variant:
         name="fp32", file="model.fp32.onnx", precision=Precision.FP32, sha256="0" * 64,
         fused_ops={}, validation=Validation(min_cosine=1, max_abs_err=0, tolerance=1, shapes=[]),
     )
+
+
+@pytest.mark.parametrize(
+    ("features", "graph", "file"),
+    [
+        (XEON, "plain", "model.fp32.plain.onnx"),
+        (EPYC, "fused", "model.fp32.onnx"),
+        (EPYC, "auto", "model.fp32.plain.onnx"),
+    ],
+)
+def test_graph_can_be_asked_for_whatever_the_host(
+    make_artifact: ArtifactFactory, features: tuple[str, ...], graph: str, file: str
+) -> None:
+    built = with_plain_fp32(make_artifact())
+    model = tei_runtime.load(built.root, device="cpu", host=cpu_host(features), graph=graph)
+    assert model.variant.file == file
+
+
+def test_asked_graph_the_artifact_lacks_or_unknown_is_refused(
+    make_artifact: ArtifactFactory,
+) -> None:
+    built = make_artifact()
+    with pytest.raises(tei_runtime.ManifestError, match=r"no plain fp32 graph.*it has: fused"):
+        tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC), graph="plain")
+    with pytest.raises(tei_runtime.ProviderError, match="unknown graph 'flat'; known: auto"):
+        tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC), graph="flat")
+
+
+def test_asked_graph_is_cpu_only(make_artifact: ArtifactFactory) -> None:
+    built = with_plain_fp32(make_artifact())
+    gpu = Host(
+        providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
+        nvidia_gpus=("NVIDIA H200",),
+        cpu_features=EPYC,
+    )
+    choice = plan(open_artifact(built.root), gpu, device="cuda", dtype="float32")
+    assert pick_variant(built.manifest, choice, gpu, "auto").graph is GraphForm.FUSED
+    with pytest.raises(tei_runtime.ProviderError, match="graph plain is for the CPU provider"):
+        pick_variant(built.manifest, choice, gpu, "plain")
