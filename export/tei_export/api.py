@@ -282,7 +282,7 @@ def _build(
     if external_data:
         progress.note("weights go to one external <graph>.data file per variant")
     fp32 = work / "model.fp32.onnx"
-    plain_cpus = plan.card.fusion.plain_graph_cpus
+    plain_cpus = plan.card.fusion.plain_graph_cpus  # a plain graph is built when fp32 names a class
     with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
         fused_counts = fuse.fuse(plan, raw, fp32, external_data=external_data)
         built = [
@@ -290,7 +290,7 @@ def _build(
                 precision=Precision.FP32, graph=GraphForm.FUSED, path=fp32, fused_ops=fused_counts
             )
         ]
-        if plain_cpus:
+        if plain_cpus.fp32:
             plain = work / "model.fp32.plain.onnx"
             external.save(onnx.load(str(raw)), plain, external=external_data)
             built.append(
@@ -306,13 +306,13 @@ def _build(
         if wanted is Precision.FP32:
             continue
         for source_graph in [g for g in built if g.precision is Precision.FP32]:
-            if wanted is Precision.FP16 and source_graph.graph is GraphForm.PLAIN:
-                continue  # fp16 is for GPUs, which keep fused attention
+            if source_graph.graph is GraphForm.PLAIN and not plain_cpus.for_precision(wanted):
+                continue  # fp16 is for GPUs, which keep fused attention; int8 as measured
             path = source_graph.path.with_name(
                 source_graph.path.name.replace("fp32", wanted.value)
             )
             label = f"{wanted.value} variant" + (
-                f" ({source_graph.graph.value} graph)" if plain_cpus else ""
+                f" ({source_graph.graph.value} graph)" if plain_cpus.fp32 else ""
             )
             with progress.stage(label):
                 if wanted is Precision.FP16:
@@ -377,7 +377,11 @@ def _build(
                     shapes=result.shapes,
                 ),
                 graph=graph.graph,
-                hosts=list(plain_cpus) if graph.graph is GraphForm.PLAIN else [],
+                hosts=(
+                    plain_cpus.for_precision(graph.precision)
+                    if graph.graph is GraphForm.PLAIN
+                    else []
+                ),
             )
         )
     if Precision.FP32 not in plan.precisions:

@@ -21,6 +21,26 @@ class Head(enum.StrEnum):
     """A generative reranker: the LM head's "yes" and "no" rows at the last position."""
 
 
+class PlainGraphCpus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Per precision, the CPU classes on which the plain traced graph (onnxruntime fusing it
+    at load) was measured faster than the offline-fused one. Unlisted classes keep the fused
+    graph; fp16 is for GPUs, which always do."""
+
+    fp32: list[CpuClass] = msgspec.field(default_factory=list)
+    int8: list[CpuClass] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.int8 and not self.fp32:
+            # int8-plain is quantized from fp32-plain, and a variant without hosts would read
+            # as its precision's default.
+            raise ValueError("plain_graph_cpus: int8 classes need fp32 classes too")
+
+    def for_precision(self, precision: Precision) -> list[CpuClass]:
+        if precision is Precision.FP16:
+            return []
+        return list(self.int8 if precision is Precision.INT8 else self.fp32)
+
+
 class Fusion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     optimizer: str
     """onnxruntime.transformers optimizer model_type ("bert", ...), or "none" to skip it."""
@@ -31,10 +51,9 @@ class Fusion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     attention_unfused_reason: str | None = None
     """Set when this family's attention cannot be fused: why. Without it, an export whose graph
     holds no fused attention op fails."""
-    plain_graph_cpus: list[CpuClass] = msgspec.field(default_factory=list)
-    """CPU classes on which this family's plain traced graph (onnxruntime fusing it at load)
-    was measured faster than the offline-fused one: the artifact then carries fp32 and int8
-    variants from the plain graph for them. Unmeasured classes keep the fused graph."""
+    plain_graph_cpus: PlainGraphCpus = msgspec.field(default_factory=PlainGraphCpus)
+    """Where the plain graph runs instead of the fused one: the artifact then carries the
+    plain fp32 graph, and the plain int8 one when int8 names a class."""
 
 
 class Tolerance(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -46,8 +46,9 @@ def _check_manifest(artifact: Path, model_type: str, task: Task) -> None:
     layers = 2
     for variant in manifest.variants:
         assert variant.validation.min_cosine >= MIN_COSINE[variant.precision]
-        if variant.graph is GraphForm.PLAIN:
-            assert variant.hosts == card.fusion.plain_graph_cpus  # onnxruntime fuses at load
+        if variant.graph is GraphForm.PLAIN:  # onnxruntime fuses it at load
+            assert variant.hosts == card.fusion.plain_graph_cpus.for_precision(variant.precision)
+            assert variant.hosts, variant.name  # a plain variant without hosts reads as default
             continue
         if variant.precision is Precision.INT8:
             continue  # int8 keeps the fused ops but also reads QDQ pairs

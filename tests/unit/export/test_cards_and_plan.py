@@ -5,14 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from tei_export.cards import CardError, Head, find_card, load_cards, supported_model_types
+from tei_export.cards import (
+    CardError,
+    Head,
+    PlainGraphCpus,
+    find_card,
+    load_cards,
+    supported_model_types,
+)
 from tei_export.checkpoint import read_checkpoint
 from tei_export.errors import ExportError
 from tei_export.fuse import check_fusion, expected_counts
 from tei_export.plan import detect_task, make_plan
-from tei_runtime.manifest import Pooling, Task
+from tei_runtime.host import CpuClass
+from tei_runtime.manifest import Pooling, Precision, Task
 
 ISSUE_FAMILIES = {
     "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet", "modernbert",
@@ -33,6 +42,15 @@ def test_sequence_classification_heads(family: str) -> None:
 
 def test_bert_has_the_masked_lm_head_for_splade() -> None:
     assert Head.MASKED_LM in find_card("bert", "BertForMaskedLM").heads
+
+
+def test_plain_graph_classes_per_precision() -> None:
+    plain = find_card("bert", "BertModel").fusion.plain_graph_cpus
+    assert plain.for_precision(Precision.FP32) == [CpuClass.AVX2]
+    assert plain.for_precision(Precision.INT8) == [CpuClass.AVX2, CpuClass.AVX512]
+    assert plain.for_precision(Precision.FP16) == []  # GPUs keep the fused graph
+    with pytest.raises(msgspec.ValidationError, match="int8 classes need fp32 classes"):
+        msgspec.convert({"int8": ["avx512"]}, PlainGraphCpus)
 
 
 def test_model_types_are_unique_across_cards() -> None:
