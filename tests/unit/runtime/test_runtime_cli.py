@@ -36,6 +36,15 @@ def test_print_host_reports_an_impossible_choice(
     assert "onnxruntime-gpu" in json.loads(capsys.readouterr().out)["error"]
 
 
+def test_print_host_graph_flag(embed_artifact: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--print-host", str(embed_artifact.root), "--graph", "fused"]) == 0
+    variant = json.loads(capsys.readouterr().out)["variant"]
+    assert (variant["graph"], variant["why"]) == ("fused", "the fused graph, as asked (--graph)")
+    # this artifact has no plain graph: the same refusal load() gives
+    assert main(["--print-host", str(embed_artifact.root), "--graph", "plain"]) == 1
+    assert "no plain fp32 graph" in json.loads(capsys.readouterr().out)["error"]
+
+
 def test_without_flag_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "usage" in capsys.readouterr().err
