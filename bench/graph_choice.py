@@ -1,8 +1,8 @@
 """The per-host graph choice, measured: each CPU graph forced (runtime-fused-*, runtime-plain-*)
 on the same cells, against the graph tei_runtime picked for this host (runtime-fp32 / -int8).
 
-The verdict per precision is the geometric mean of plain / fused texts/s over the cells both
-ran at the largest batch; within +-5% is a tie, which this 2-core guest cannot split."""
+The verdict per precision and batch is the geometric mean of plain / fused texts/s over the
+lengths both ran; within +-5% is a tie, which a 2-core guest's repeats cannot split."""
 
 from __future__ import annotations
 
