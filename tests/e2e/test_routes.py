@@ -44,6 +44,10 @@ def test_embed_options(embed_server: Running) -> None:
     assert np.allclose(by_ids.json()[0], raw, atol=1e-6)
     # unknown fields are accepted, as TEI does
     assert c.post("/embed", json={"inputs": "a", "whatever": 1}).status_code == 200
+    # `model` is not TEI's field: one model ignores any value, a string or not
+    for model in (3, {"name": "x"}, None, "other"):
+        assert c.post("/embed", json={"inputs": "a", "model": model}).status_code == 200
+        assert c.post("/tokenize", json={"inputs": "a", "model": model}).status_code == 200
     prompted = c.post("/embed", json={"inputs": "hello", "prompt_name": "query"})
     assert prompted.status_code == 200
     assert prompted.headers["x-compute-tokens"] == "4"

@@ -30,8 +30,9 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt_name: str | None = None
     normalize: bool = True
     dimensions: USize | None = None
-    model: str | None = None
-    """With several models: the served model name that answers (not in TEI's API)."""
+    model: Any = None
+    """With several models: the served model name that answers (not in TEI's API, whose
+    server ignores the field: a value that is not a string is ignored here too)."""
 
 
 class EmbedAllRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,8 +40,9 @@ class EmbedAllRequest(msgspec.Struct, frozen=True, kw_only=True):
     truncate: bool | None = None
     truncation_direction: WireDirection = "right"
     prompt_name: str | None = None
-    model: str | None = None
-    """With several models: the served model name that answers (not in TEI's API)."""
+    model: Any = None
+    """With several models: the served model name that answers (not in TEI's API, whose
+    server ignores the field: a value that is not a string is ignored here too)."""
 
 
 class PredictRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,8 +52,9 @@ class PredictRequest(msgspec.Struct, frozen=True, kw_only=True):
     raw_scores: bool = False
     instruction: str | None = None
     """Generative rerankers only (not in TEI's API): the instruction in their prompt."""
-    model: str | None = None
-    """With several models: the served model name that answers (not in TEI's API)."""
+    model: Any = None
+    """With several models: the served model name that answers (not in TEI's API, whose
+    server ignores the field: a value that is not a string is ignored here too)."""
 
 
 class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,8 +66,9 @@ class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
     return_text: bool = False
     instruction: str | None = None
     """Generative rerankers only (not in TEI's API): the instruction in their prompt."""
-    model: str | None = None
-    """With several models: the served model name that answers (not in TEI's API)."""
+    model: Any = None
+    """With several models: the served model name that answers (not in TEI's API, whose
+    server ignores the field: a value that is not a string is ignored here too)."""
 
 
 class SimilarityInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,23 +85,26 @@ class SimilarityParameters(msgspec.Struct, frozen=True, kw_only=True):
 class SimilarityRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: SimilarityInput
     parameters: SimilarityParameters | None = None
-    model: str | None = None
-    """With several models: the served model name that answers (not in TEI's API)."""
+    model: Any = None
+    """With several models: the served model name that answers (not in TEI's API, whose
+    server ignores the field: a value that is not a string is ignored here too)."""
 
 
 class TokenizeRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: str | list[str]
     add_special_tokens: bool = True
     prompt_name: str | None = None
-    model: str | None = None
-    """With several models: the served model name that answers (not in TEI's API)."""
+    model: Any = None
+    """With several models: the served model name that answers (not in TEI's API, whose
+    server ignores the field: a value that is not a string is ignored here too)."""
 
 
 class DecodeRequest(msgspec.Struct, frozen=True, kw_only=True):
     ids: Any
     skip_special_tokens: bool = True
-    model: str | None = None
-    """With several models: the served model name that answers (not in TEI's API)."""
+    model: Any = None
+    """With several models: the served model name that answers (not in TEI's API, whose
+    server ignores the field: a value that is not a string is ignored here too)."""
 
 
 class OpenAIRequest(msgspec.Struct, frozen=True, kw_only=True):

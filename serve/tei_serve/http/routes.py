@@ -24,7 +24,7 @@ from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
 from tei_serve.auth import ApiKey
-from tei_serve.errors import BodyError, ClientGoneError, UnauthorizedError
+from tei_serve.errors import BodyError, ClientGoneError, ModelChoiceError, UnauthorizedError
 from tei_serve.http.body import read_body
 from tei_serve.http.docs import docs_routes
 from tei_serve.http.floats import json_array, json_scores
@@ -169,9 +169,13 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         headers = timing_headers(meta, compute) if meta is not None else None
         return Response(content=content, status_code=200, media_type=JSON, headers=headers)
 
-    def pick(request: AnyRequest, route: Route, named: str | None) -> Serving:
+    def pick(request: AnyRequest, route: Route, named: object) -> Serving:
         """The model for `route`: the body's `model` field, else the `x-model` header. The
         error handler counts a failure after this under the picked model."""
+        if named is not None and not isinstance(named, str):
+            if models.several:  # it was meant to pick one: say so rather than guess
+                raise ModelChoiceError("`model` must be a served model's name (a string)")
+            named = None  # one model: ignored, as TEI's server ignores the field
         serving = models.pick(route, named or _model_header(request))
         request.state.model = serving.served_model_name
         return serving
