@@ -176,6 +176,14 @@ def test_graph_choice_verdict_and_section() -> None:
     assert "| fp32 | 32 | 1.21x | 1.00x | plain faster (plain / fused 1.10x) | fp32-plain |" in text
     assert "| int8 |" not in text
     assert graph_choice.lines(run, {("st", "short", 32, 1): 1.0}) == []
+    timed = (("runtime-fused-int8", 2.0), ("runtime-plain-int8", 1.0))
+    forced = [EngineRun(engine=e, repeat=0, cells=[_cell(e, "long", 32, secs, 220)])
+              for e, secs in timed]  # fmt: skip
+    both = msgspec.structs.replace(_run("bert-base"), engines=[*_run("bert-base").engines, *forced])
+    text = report.summary([both])
+    assert "## CPU graph per host: bert-base" in text
+    assert "| int8 | 32 |  | 2.00x | plain faster (plain / fused 2.00x) | not run |" in text
+    assert "## CPU graph per host" in report.markdown(both)
 
 
 def test_checkpoint_recipe_pooling_and_digest(tmp_path: Path) -> None:
