@@ -15,7 +15,7 @@ import msgspec
 from tei_runtime.artifact import open_artifact
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.host import CpuClass, probe
-from tei_runtime.loader import pick_variant, plan
+from tei_runtime.loader import graph_form, pick_variant, plan
 from tei_runtime.manifest import Variant
 
 
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_batch_tokens=args.max_batch_tokens,
                 cache_dir=args.cache_dir,
             )
-            variant = pick_variant(artifact.manifest, choice, host, args.graph)
+            variant = pick_variant(artifact.manifest, choice, host, graph_form(args.graph))
         except TeiRuntimeError as e:
             report["error"] = str(e)
             sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")

@@ -47,12 +47,15 @@ def graph_form(graph: str) -> GraphForm | None:
         raise ProviderError(f"unknown graph {graph!r}; known: {known}") from None
 
 
-def pick_variant(manifest: Manifest, choice: ProviderChoice, host: Host, graph: str) -> Variant:
-    """The variant a load runs: `graph` auto takes the one measured for the host's CPU class."""
-    forced = graph_form(graph)
+def pick_variant(
+    manifest: Manifest, choice: ProviderChoice, host: Host, forced: GraphForm | None
+) -> Variant:
+    """The variant a load runs: the graph form asked for (`graph_form`), else the one
+    measured for the host's CPU class."""
     if forced is not None and choice.device is not Device.CPU:
         raise ProviderError(
-            f"graph {graph} is for the CPU provider; {choice.provider} runs the default graph"
+            f"graph {forced.value} is for the CPU provider; {choice.provider} runs the default "
+            "graph"
         )
     return manifest.variant(choice.precision, graph_cpu_class(choice, host), forced)
 
@@ -113,7 +116,7 @@ def load(
     `graph`: auto (the graph measured best on this CPU class, else the default), fused or
     plain (CPU provider only: GPU engine caches are keyed by the default graph).
     """
-    graph_form(graph)  # an unknown name fails before anything is read
+    forced = graph_form(graph)  # an unknown name fails before anything is read
     if max_input_length is not None and max_input_length < 1:
         raise ProviderError(f"max_input_length must be at least 1, got {max_input_length}")
     artifact = open_artifact(artifact_dir)
@@ -128,7 +131,7 @@ def load(
         cache_dir=cache_dir,
     )
     manifest = artifact.manifest
-    variant = pick_variant(manifest, choice, resolved, graph)
+    variant = pick_variant(manifest, choice, resolved, forced)
     length = manifest.max_input_length
     if max_input_length is not None:
         length = min(length, max_input_length)

@@ -138,6 +138,7 @@ def test_unknown_and_unable_models(multi: Multi) -> None:
     assert body["code"] == 404 and body["type"] == "Validation"
     assert "`text-embedding-3-small`" in body["message"]
     _error(c.post("/embed", json={"inputs": "a", "model": 3}), 422, "`model` must be")
+    _error(c.post("/", json={"inputs": "a", "model": [3]}), 422, "`model` must be")
 
 
 def test_models_list_and_info(multi: Multi) -> None:

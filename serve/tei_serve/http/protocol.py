@@ -164,9 +164,10 @@ class VertexRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Named(msgspec.Struct, frozen=True):
-    """Just the `model` field of any request body (for `/`, which decodes by the model)."""
+    """Just the `model` field of any request body (for `/`, which decodes by the model); any
+    JSON type, so a non-string one is judged where every route's is (routes.pick)."""
 
-    model: str | None = None
+    model: Any = None
 
 
 # -- decoding --------------------------------------------------------------------------------

@@ -130,9 +130,9 @@ def _model_header(request: AnyRequest) -> str | None:
         return value
 
 
-def _named(body: bytes) -> str | None:
-    """The body's `model` field, if it has a string one; a body that does not decode is
-    reported by the route it reaches."""
+def _named(body: bytes) -> object:
+    """The body's `model` field (None: none); a body that does not decode is reported by the
+    route it reaches."""
     try:
         named: Named = DECODERS[Named].decode(body)
     except (msgspec.DecodeError, RecursionError):

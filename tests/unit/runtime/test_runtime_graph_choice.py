@@ -144,6 +144,6 @@ def test_asked_graph_is_cpu_only(make_artifact: ArtifactFactory) -> None:
         cpu_features=EPYC,
     )
     choice = plan(open_artifact(built.root), gpu, device="cuda", dtype="float32")
-    assert pick_variant(built.manifest, choice, gpu, "auto").graph is GraphForm.FUSED
+    assert pick_variant(built.manifest, choice, gpu, None).graph is GraphForm.FUSED
     with pytest.raises(tei_runtime.ProviderError, match="graph plain is for the CPU provider"):
-        pick_variant(built.manifest, choice, gpu, "plain")
+        pick_variant(built.manifest, choice, gpu, GraphForm.PLAIN)
