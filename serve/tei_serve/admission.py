@@ -7,7 +7,8 @@ instead, first come first served, as TEI's streams do (`acquire_permit().await`)
 front-end marks them with `waiting_for_permits()`.
 
 Tokenization runs on a pool of `tokenization_workers` threads, off the event loop, before the
-entries are queued, so the token-budget queue holds token counts it can pack by.
+entries are queued, so the token-budget queue holds token counts it can pack by; a request of
+at most `INLINE_CHARS` characters is tokenized on the loop, where that is cheaper than the hop.
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ class Tally:
     inference: float = 0.0
     """average per input"""
     token_counts: list[int] = field(default_factory=list)
+
+
+INLINE_CHARS = 256
+"""A request whose inputs total at most this many characters (or token ids) is tokenized on the
+event loop: handing it to the tokenizer pool and back cost more than tokenizing it (about 110-140
+us of latency against 30 us for a 70-character text, 80 us for 256 characters, measured on
+all-MiniLM-L6-v2's tokenizer on a 2-core AMD EPYC Zen 4 VM)."""
+
+
+def is_small(inputs: Sequence[Input]) -> bool:
+    total = 0
+    for inp in inputs:
+        total += len(inp[0]) + len(inp[1]) if isinstance(inp, tuple) else len(inp)
+        if total > INLINE_CHARS:
+            return False
+    return True
 
 
 class Permits:
@@ -186,7 +203,10 @@ class Admission:
         )
         started = self.clock()
         try:
-            encodings = await asyncio.get_running_loop().run_in_executor(self.pool, call)
+            if is_small(inputs):
+                encodings = call()
+            else:
+                encodings = await asyncio.get_running_loop().run_in_executor(self.pool, call)
         except rt_errors.TeiRuntimeError as e:
             raise from_runtime(e) from e
         meta.tokenization = self.clock() - started

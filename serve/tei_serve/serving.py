@@ -15,7 +15,7 @@ No transport lives here (no litestar, no grpc, no protobuf). A front-end:
    with `http_status`, `error_type` (TEI's) and `grpc_code`. Anything else is a bug.
 
 Validation (batch size, emptiness, the model's task), admission (one permit per input, none
-free: `OverloadedError` at once), tokenization off the event loop, queueing and
+free: `OverloadedError` at once), tokenization (off the event loop unless tiny), queueing and
 post-processing (through `tei_runtime.pooling`) happen here, once.
 
 Cancellation: an operation is a coroutine; cancel the task awaiting it when the caller goes

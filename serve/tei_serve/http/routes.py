@@ -152,15 +152,17 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     ]))  # fmt: skip
     api_key = None if settings.api_key is None else ApiKey(settings.api_key)
 
-    def auth_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def auth_guard(
+        connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+    ) -> None:
         # A guard runs before the handler: a refused request reads no body, tokenizes nothing.
-        if api_key is None:
-            return
+        # async because Litestar runs a sync guard on a worker thread: a thread hop per request.
         # Header values arrive decoded as latin-1; that gives back the bytes sent.
+        assert api_key is not None
         if not api_key.accepts(connection.headers.get("authorization", "").encode("latin-1")):
             raise UnauthorizedError()
 
-    guards = [auth_guard]
+    guards = [] if api_key is None else [auth_guard]
 
     def body_of(request: AnyRequest) -> Awaitable[bytes]:
         return read_body(request, settings.payload_limit)

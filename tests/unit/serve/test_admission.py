@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tei_runtime import errors as rt_errors
+from tei_runtime.data import Encoding
 from tei_serve import admission
 from tei_serve.admission import Permits, waiting_for_permits
-from tei_serve.errors import BodyError, EmptyError, OverloadedError
+from tei_serve.errors import BodyError, EmptyError, OverloadedError, TokenizerError
 from tei_serve.http.protocol import parse_ids, parse_inputs, parse_predict_inputs
+from tei_serve.metrics import MetricFamilies
+from tei_serve.model import Input
 
 
 def test_permits_all_or_nothing_and_released() -> None:
@@ -162,3 +169,54 @@ def test_decode_ids() -> None:
     assert parse_ids([[1], [2, 3]]) == [[1], [2, 3]]
     with pytest.raises(EmptyError):
         parse_ids([])
+
+
+class _ThreadRecordingModel:
+    """Tokenizes to one token per character and notes which thread did it."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def encode(self, inputs: Sequence[Input], **_: object) -> list[Encoding]:
+        self.threads.append(threading.current_thread().name)
+        texts = [i if isinstance(i, str) else "" for i in inputs]
+        if any("!" in t for t in texts):
+            raise rt_errors.TokenizerError("no exclamations")
+        return [Encoding(ids=tuple(range(len(t))), type_ids=(0,) * len(t),
+                         offsets=((0, 0),) * len(t)) for t in texts]  # fmt: skip
+
+
+def test_tiny_requests_tokenize_on_the_loop_and_the_rest_on_the_pool() -> None:
+    model = _ThreadRecordingModel()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="tok-pool")
+    adm = admission.Admission(
+        model,  # type: ignore[arg-type]  # only encode is used by tokenize
+        None,  # type: ignore[arg-type]
+        MetricFamilies(64).view("m"), max_concurrent_requests=8, pool=pool,
+    )  # fmt: skip
+    tiny = ["x" * 100, "y" * (admission.INLINE_CHARS - 100)]
+    big = ["x" * 100, "y" * (admission.INLINE_CHARS - 99)]
+
+    async def scenario() -> tuple[str, list[str]]:
+        loop_thread = threading.current_thread().name
+        for inputs in (tiny, big):
+            meta = admission.Tally(start=0.0)
+            encs = await adm.tokenize(inputs, truncate=True, truncation_direction="right",
+                                      prompt_name=None, meta=meta)  # fmt: skip
+            assert [len(e) for e in encs] == [len(t) for t in inputs]
+            assert meta.chars == sum(map(len, inputs))
+        for inputs in (["!"], ["!" * (admission.INLINE_CHARS + 1)]):  # errors map the same
+            with pytest.raises(TokenizerError, match="no exclamations"):
+                await adm.tokenize(inputs, truncate=True, truncation_direction="right",
+                                   prompt_name=None, meta=admission.Tally(start=0.0))  # fmt: skip
+        return loop_thread, model.threads
+
+    try:
+        loop_thread, threads = asyncio.run(scenario())
+    finally:
+        pool.shutdown()
+    assert threads[0] == loop_thread and threads[2] == loop_thread
+    assert threads[1].startswith("tok-pool") and threads[3].startswith("tok-pool")
+    assert admission.is_small([("a" * 128, "b" * 128)])
+    assert not admission.is_small([("a" * 128, "b" * 129)])
+    assert not admission.is_small([list(range(admission.INLINE_CHARS + 1))])
