@@ -3,6 +3,7 @@ Python users."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar, assert_never
@@ -119,10 +120,7 @@ class Model:
         try:
             return prompts.prompts[name]
         except KeyError:
-            have = ", ".join(f"`{n}`" for n in prompts.prompts) or "none"
-            raise ValidationError(
-                f"prompt_name `{name}` is not one of this model's prompts (it has: {have})"
-            ) from None
+            raise ValidationError(_unknown_prompt(name, list(prompts.prompts))) from None
 
     def encode(
         self,
@@ -413,3 +411,14 @@ def _zero_empty_rows(out: FloatArray, mask: IntArray) -> FloatArray:
         out = out.copy()
         out[empty] = 0.0
     return out
+
+
+def _unknown_prompt(name: str, known: list[str]) -> str:
+    """TEI's words for a prompt name the model lacks (TEI says `default-prompt-name` whether
+    the name came from that flag or from a request's `prompt_name`; clients match the text)."""
+    if not known:
+        return (f"`default-prompt-name` is set to `{name}` but no prompts were found in the "
+                "Sentence Transformers configuration")  # fmt: skip
+    listed = ", ".join(json.dumps(k, ensure_ascii=False) for k in known)
+    return (f"`default-prompt-name` is set to `{name}` but it was not found in the Sentence "
+            f"Transformers prompts. Available prompts: [{listed}]")  # fmt: skip

@@ -169,6 +169,11 @@ def test_minilm_auth_cors_and_errors(minilm: Running) -> None:
     _error(c.post("/embed", json={"inputs": TEXTS[1], "truncate": False}, headers=AUTH),
            422, "Validation")
     _error(c.post("/embed", json={"inputs": ["a"] * 33}, headers=AUTH), 422, "Validation")
+    unknown = c.post("/embed", json={"inputs": "a", "prompt_name": "query"}, headers=AUTH)
+    _error(unknown, 422, "Validation")
+    assert unknown.json()["error"] == (  # TEI's text (it names its flag for the field too)
+        "Input validation error: `default-prompt-name` is set to `query` but no prompts were "
+        "found in the Sentence Transformers configuration")
     # axum, under TEI, answers a JSON syntax error 400 and a type error 422
     _error(c.post("/embed", content=b"{not json", headers={**AUTH,
            "Content-Type": "application/json"}), 400, "Validation")
