@@ -132,7 +132,10 @@ def test_backend_failure_424_then_recovers(embed_server: Running) -> None:
     r = c.get("/health")
     assert r.status_code == 503
     assert r.json() == {"error": "unhealthy", "error_type": "Unhealthy"}
-    assert c.get("/health").status_code == 200  # the probe works again
+    healthy = c.get("/health")  # the probe works again
+    # TEI's healthy answer: 200, no body, no content-type (axum's `()`)
+    assert healthy.status_code == 200 and healthy.content == b""
+    assert "content-type" not in healthy.headers
     assert c.post("/embed", json={"inputs": "a"}).status_code == 200
     assert 'te_request_failure{err="inference"} 1' in c.get("/metrics").text
 

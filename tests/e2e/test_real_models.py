@@ -146,8 +146,9 @@ def test_minilm_info_health_metrics_docs(minilm: Running) -> None:
     info = _schema_ok(c.get("/info", headers=AUTH), "/info", "get")
     assert info["max_input_length"] == 256 and info["model_type"] == {"embedding": {
         "pooling": "mean"}}
-    for path in ("/health", "/ping"):
-        assert c.get(path).status_code == 200  # no key needed
+    for path in ("/health", "/ping", "/"):
+        r = c.get(path)  # no key needed; as TEI: no body, no content-type
+        assert r.status_code == 200 and r.content == b"" and "content-type" not in r.headers
     metrics = c.get("/metrics")
     assert metrics.status_code == 200
     for name in ("te_request_count", "te_embed_count", "te_queue_size", "te_batch_next_size"):

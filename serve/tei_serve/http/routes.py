@@ -21,6 +21,7 @@ from litestar import Request, Response, post, route
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
+from litestar.response.base import ASGIResponse
 
 from tei_runtime.manifest import Task
 from tei_serve.auth import ApiKey
@@ -104,6 +105,19 @@ async def until_disconnect(request: AnyRequest, work: Coroutine[Any, Any, T]) ->
         return task.result()
     task.cancel()
     raise ClientGoneError("client disconnected")
+
+
+class Healthy(Response[bytes]):
+    """200 with no body and no content-type: what TEI's health routes answer (axum's `()`);
+    Litestar would label even an empty body application/json."""
+
+    def __init__(self) -> None:
+        super().__init__(content=b"", status_code=200)
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
+        response = super().to_asgi_response(*args, **kwargs)
+        response.headers.pop("content-type", None)
+        return response
 
 
 def _tei_scores(items: list[Scored]) -> list[Scored]:
@@ -414,12 +428,12 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     @route(["/health", "/ping"], http_method=GET_HEAD)
     async def health() -> Response[bytes]:
         await models.health()
-        return Response(content=b"", status_code=200)
+        return Healthy()
 
     @route("/", http_method=GET_HEAD)
     async def root_health() -> Response[bytes]:
         await models.health()
-        return Response(content=b"", status_code=200)
+        return Healthy()
 
     @route("/metrics", http_method=GET_HEAD)
     async def metrics() -> Response[bytes]:
