@@ -199,7 +199,7 @@ def decode(body: bytes, type_: type[T]) -> T:
     except msgspec.ValidationError as e:
         raise BodyError(f"{_SHAPE}: {e}") from e
     except msgspec.DecodeError as e:
-        raise BodyError(f"{_SYNTAX}: {e}", status=400) from e
+        raise BodyError(f"{_SYNTAX}: {_syntax_detail(body, e)}", status=400) from e
     except RecursionError as e:
         raise BodyError(f"{_SYNTAX}: nested too deeply", status=400) from e
     duplicate = _duplicate_field(body, KEY_PATTERNS[type_], FIELD_NAMES[type_])
@@ -207,6 +207,21 @@ def decode(body: bytes, type_: type[T]) -> T:
         raise BodyError(f"{_SHAPE}: duplicate field `{duplicate}`")
     return value
 
+
+def _syntax_detail(body: bytes, error: msgspec.DecodeError) -> str:
+    """msgspec's words, except where they mislead: it reports a `\\ud800`-style escape with
+    no low surrogate after it as "Input data was truncated", even mid-body."""
+    detail = str(error)
+    if detail == "Input data was truncated" and (lone := _LONE_HIGH_SURROGATE.search(body)):
+        return f"lone leading surrogate in hex escape (byte {lone.end() - 6})"
+    return detail
+
+
+# A \uD800-\uDBFF escape (after an even run of backslashes: not itself escaped) that no
+# \uDC00-\uDFFF escape follows.
+_LONE_HIGH_SURROGATE = re.compile(
+    rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
 
 _SHAPE = "Failed to deserialize the JSON body into the target type"
 _SYNTAX = "Failed to parse the request body as JSON"

@@ -78,3 +78,18 @@ def test_huge_token_ids_are_422() -> None:
         _refused_422(f'{{"ids": {ids}}}'.encode(), DecodeRequest, lambda r: parse_ids(r.ids))
     assert parse_inputs([2**32 - 1]) == ([[2**32 - 1]], False)
     assert parse_ids([[0, 2**32 - 1]]) == [[0, 2**32 - 1]]
+
+
+def test_a_lone_surrogate_escape_is_named_not_called_truncation() -> None:
+    # msgspec calls a high-surrogate escape with no low one after it "Input data was truncated"
+    for body, at in ((b'{"inputs": "\\ud800"}', 12), (b'{"inputs": "a\\\\\\uDBFF"}', 15)):
+        with pytest.raises(BodyError) as e:
+            decode(body, EmbedRequest)
+        assert e.value.http_status == 400
+        assert str(e.value) == ("Failed to parse the request body as JSON: lone leading "
+                                f"surrogate in hex escape (byte {at})")
+    with pytest.raises(BodyError, match=r"JSON: Input data was truncated$"):
+        decode(b'{"inputs": "abc', EmbedRequest)  # truly cut short: msgspec's words stand
+    # an escaped backslash before `u` is text, and a full pair is one character
+    assert decode(b'{"inputs": "\\\\ud800"}', EmbedRequest).inputs == "\\ud800"
+    assert decode(b'{"inputs": "\\ud800\\udc00"}', EmbedRequest).inputs == "\U00010000"
