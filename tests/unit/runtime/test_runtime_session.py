@@ -33,6 +33,7 @@ def test_session_options() -> None:
     assert opts.inter_op_num_threads == 1
     assert opts.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     assert opts.enable_mem_pattern is False
+    assert opts.get_session_config_entry("session.dynamic_block_base") == "2"
     assert opts.optimized_model_filepath == ""  # never serialise an ENABLE_ALL graph
 
 
