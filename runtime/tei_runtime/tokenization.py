@@ -34,6 +34,15 @@ _WHITESPACE_SEARCH = 0.1
 _PAD_TOKENS = ("[PAD]", "<pad>", "<|endoftext|>", "</s>")
 
 
+def chars_of(item: Input) -> int:
+    """An input's size as TEI counts it: a string's characters, a pair's both, ids one each."""
+    if isinstance(item, str):
+        return len(item)
+    if _is_pair(item):
+        return len(item[0]) + len(item[1])  # type: ignore[arg-type]
+    return len(item)
+
+
 def _is_pair(item: object) -> bool:
     return (
         isinstance(item, tuple)
@@ -180,13 +189,8 @@ class Tokenizer:
         return [e for e in out if e is not None]
 
     def _check_chars(self, item: Input) -> None:
-        """TEI's character pre-check: a string's characters, a pair's both, ids count one each."""
-        if isinstance(item, str):
-            chars = len(item)
-        elif _is_pair(item):
-            chars = len(item[0]) + len(item[1])  # type: ignore[arg-type]
-        else:
-            chars = len(item)
+        """TEI's character pre-check."""
+        chars = chars_of(item)
         limit = self.max_input_length * MAX_CHARS_PER_TOKEN
         if chars > limit:
             raise ValidationError(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, assert_never
 
 import msgspec
@@ -120,6 +120,21 @@ class Healthy(Response[bytes]):
         return response
 
 
+def auth_guard(
+    api_key: ApiKey,
+) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], Awaitable[None]]:
+    """`--api-key`'s check, as a route guard. A guard runs before the handler: a refused
+    request reads no body and tokenizes nothing. Async because Litestar runs a sync guard on a
+    worker thread: a thread hop per request."""
+
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        # Header values arrive decoded as latin-1; that gives back the bytes sent.
+        if not api_key.accepts(connection.headers.get("authorization", "").encode("latin-1")):
+            raise UnauthorizedError()
+
+    return guard
+
+
 def _tei_scores(items: list[Scored]) -> list[Scored]:
     """Each score as the float TEI's JSON text of it reads back as (float32's shortest
     digits; tei_serve.http.floats)."""
@@ -164,19 +179,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
                     owned_by=OWNED_BY)
         for s in models.servings
     ]))  # fmt: skip
-    api_key = None if settings.api_key is None else ApiKey(settings.api_key)
-
-    async def auth_guard(
-        connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
-    ) -> None:
-        # A guard runs before the handler: a refused request reads no body, tokenizes nothing.
-        # async because Litestar runs a sync guard on a worker thread: a thread hop per request.
-        # Header values arrive decoded as latin-1; that gives back the bytes sent.
-        assert api_key is not None
-        if not api_key.accepts(connection.headers.get("authorization", "").encode("latin-1")):
-            raise UnauthorizedError()
-
-    guards = [] if api_key is None else [auth_guard]
+    guards = [] if settings.api_key is None else [auth_guard(ApiKey(settings.api_key))]
 
     def body_of(request: AnyRequest) -> Awaitable[bytes]:
         return read_body(request, settings.payload_limit)

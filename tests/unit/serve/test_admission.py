@@ -209,6 +209,11 @@ def test_tiny_requests_tokenize_on_the_loop_and_the_rest_on_the_pool() -> None:
             with pytest.raises(TokenizerError, match="no exclamations"):
                 await adm.tokenize(inputs, truncate=True, truncation_direction="right",
                                    prompt_name=None, meta=admission.Tally(start=0.0))  # fmt: skip
+        for pair in (("a" * 128, "b" * 128), ("a" * 128, "b" * 129)):  # a pair counts both
+            meta = admission.Tally(start=0.0)
+            await adm.tokenize([pair], truncate=True, truncation_direction="right",
+                               prompt_name=None, meta=meta)  # fmt: skip
+            assert meta.chars == len(pair[0]) + len(pair[1])
         return loop_thread, model.threads
 
     try:
@@ -217,6 +222,4 @@ def test_tiny_requests_tokenize_on_the_loop_and_the_rest_on_the_pool() -> None:
         pool.shutdown()
     assert threads[0] == loop_thread and threads[2] == loop_thread
     assert threads[1].startswith("tok-pool") and threads[3].startswith("tok-pool")
-    assert admission.is_small([("a" * 128, "b" * 128)])
-    assert not admission.is_small([("a" * 128, "b" * 129)])
-    assert not admission.is_small([list(range(admission.INLINE_CHARS + 1))])
+    assert threads[4] == loop_thread and threads[5].startswith("tok-pool")
