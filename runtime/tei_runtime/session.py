@@ -55,7 +55,7 @@ def session_options(choice: ProviderChoice) -> ort.SessionOptions:
     # Smaller, dynamically sized work blocks in the intra-op pool: BERT-base fp32 at 1 x 16
     # tokens 7.7% faster (18.3 vs 19.8 ms, medians of 5), 1 x 128 2.6%; all-MiniLM-L6-v2
     # (1 x 16, 32 x 16), BERT-base 8 x 128 and the Qwen3-0.6B shape at 1 x 16 unchanged within
-    # noise (2-core AMD EPYC Zen 4; bench/README.md).
+    # noise (Session.run alone, 2-core AMD EPYC Zen 4; README, Benchmarks).
     opts.add_session_config_entry("session.dynamic_block_base", "2")
     return opts
 
