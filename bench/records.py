@@ -54,6 +54,18 @@ class Peak(msgspec.Struct, frozen=True, kw_only=True):
     int8_forms: dict[str, float] = msgspec.field(default_factory=dict)  # u8s8 / u8u8, first
 
 
+class Floor(msgspec.Struct, frozen=True, kw_only=True):
+    """The model's weight products alone at `rows` rows, onnxruntime fp32 (weight_floor.py):
+    what a batch-1 forward of a `rows`-token text cannot beat on this host."""
+
+    rows: int
+    params: int  # weights in those products
+    median_ms: float
+    best_ms: float
+    gflops: float  # 2 x rows x params over the median
+    threads: int
+
+
 class Model(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     layers: int
@@ -83,3 +95,4 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     # min cosine on the mixed texts between our variants ("runtime-int8 vs runtime-fp32")
     cosines: dict[str, float] = msgspec.field(default_factory=dict)
     notes: list[str] = msgspec.field(default_factory=list)
+    weight_floor: Floor | None = None  # absent in runs made before it was measured

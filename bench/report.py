@@ -11,7 +11,7 @@ import msgspec
 
 from bench import graph_choice
 from bench.limits import fp32_limit, fraction, limit_line, limit_of
-from bench.records import EngineRun, Run
+from bench.records import EngineRun, Floor, Run
 
 Key = tuple[str, str, int, int]  # engine, length, batch, concurrency
 
@@ -167,6 +167,7 @@ def big_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
         r1 = table.get((e, "short", 1, 1))
         _ratio_target(out, f"{e} batch-1 short p50 <= 0.3x ST", r1.p50_ms if r1 else None,
                       st1.p50_ms if st1 else None, 0.3, True)  # fmt: skip
+    _floor_target(out, run, st1, 0.3)
     for pair, cos in run.cosines.items():
         out.append((f"min cosine ({pair}, random weights, mixed texts)", f"{cos:.4f}", "info"))
     for s in summaries(run):
@@ -186,6 +187,26 @@ def _ratio_target(out: list[tuple[str, str, str]], name: str, got: float | None,
     # Three digits where two would round a miss onto the goal (0.252 -> "0.25x missed").
     shown = f"{x:.2f}x" if abs(x - goal) >= 0.01 else f"{x:.3f}x"
     out.append((name, shown, "met" if ok else "missed"))
+
+
+def floor_line(floor: Floor) -> str:
+    return (f"the model's weight products alone at {floor.rows} rows (onnxruntime fp32, "
+            f"{floor.threads} threads, weight_floor.py): {floor.median_ms:.1f} ms median, "
+            f"{floor.best_ms:.1f} best ({floor.gflops:.0f} GFLOP/s)")  # fmt: skip
+
+
+def _floor_target(out: list[tuple[str, str, str]], run: Run, st1: Row | None,
+                  goal: float) -> None:  # fmt: skip
+    """Whether an fp32 batch-1 goal is within reach on this host at all: the floor against
+    the goal's time."""
+    floor = run.weight_floor
+    if floor is None or st1 is None:
+        return
+    x = floor.median_ms / st1.p50_ms
+    reach = "out of reach in fp32 here" if x > goal else "within reach"
+    out.append((f"fp32 batch-1 floor: weight products alone at {floor.rows} rows vs ST p50 "
+                f"(goal {goal}x)", f"{floor.median_ms:.1f} ms = {x:.3f}x ST ({reach})",
+                "info"))  # fmt: skip
 
 
 def minilm_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
@@ -245,6 +266,7 @@ def minilm_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]
         r1 = table.get((e, "short", 1, 1))
         check(f"{e} batch-1 short p50 <= 0.25x ST", r1.p50_ms if r1 else None,
               st1.p50_ms if st1 else None, 0.25, True)  # fmt: skip
+    _floor_target(out, run, st1, 0.25)
     sm = {s.engine: s for s in summaries(run)}
     st_s = sm.get("st")
     for e in ("serve-fp32", "serve-int8"):
@@ -333,6 +355,7 @@ def markdown(run: Run) -> str:
         f"intermediate {run.model.intermediate}, max {run.model.max_length} tokens; "
         f"{run.model.mflops_per_token_at_128:.1f} MFLOP/token at 128 tokens",
         f"- limits (before / after this model): {limit_line(run.peak)}",
+        f"- batch-1 floor: {floor_line(run.weight_floor) if run.weight_floor else 'not measured'}",
         "- texts: mean tokens per text "
         + ", ".join(f"{k} {v:.0f}" for k, v in run.workloads.items()),
         f"- medians of {max((r.repeats for r in table.values()), default=0)} repeats; "
@@ -523,6 +546,15 @@ def summary(results: list[Run]) -> str:
                 f"| {run.model.key or run.model.name} | {key[0]} | {r.p50_ms:.1f} | "
                 f"{_ratio(r.p50_ms, st1.p50_ms if st1 else None)} | {r.p99_ms:.1f} |"
             )
+    for run in results:
+        if run.weight_floor is None:
+            continue
+        st1 = _st(rows(run), "short", 1)
+        latency.append(
+            f"| {run.model.key or run.model.name} | floor: weight products alone "
+            f"({run.weight_floor.rows} rows, weight_floor.py) | {run.weight_floor.median_ms:.1f} "
+            f"| {_ratio(run.weight_floor.median_ms, st1.p50_ms if st1 else None)} | |"
+        )
     lines += latency
     for run in results:
         if over := over_limit(run):

@@ -34,6 +34,7 @@ from bench.models import MODEL_KEYS, MODELS, BenchModel
 from bench.procs import clean_env, cores, loadavg, machine
 from bench.records import Cell, EngineRun, Machine, Model, Peak, Run
 from bench.texts import Pool, make_pools
+from bench.weight_floor import run_floor
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -412,6 +413,11 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
                 if run.error:
                     unavailable.add(engine)  # one error text is enough; don't retry it
         measured.append(measure_peak(2048 if not opts.quick else 256, opts.threads))
+        floor = None
+        if "short" in timed and opts.device == "cpu":
+            short = pools["short"].tokens
+            rows = round(sum(short) / len(short))
+            floor = run_floor(model, rows, opts.threads, clean_env(), REPO)
         cos = {e: _min_cosine(ctx.work, e, "st") for e in chosen if e != "st"}
         cosines: dict[str, float] = {}
         for name in chosen:
@@ -437,6 +443,7 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
         engines=runs,
         cosines=cosines,
         notes=notes,
+        weight_floor=floor,
     )
 
 

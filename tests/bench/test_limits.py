@@ -13,7 +13,7 @@ from bench.config import BIG, engines, graph_of
 from bench.flops import flops_per_token, model_shape
 from bench.limits import fraction, limit_line, limit_of
 from bench.models import MODELS, _save_sentence_transformers, recipe_digest
-from bench.records import Cell, EngineRun, Machine, Model, Peak, Run
+from bench.records import Cell, EngineRun, Floor, Machine, Model, Peak, Run
 from bench.run import Options, sizes_for, timed_lengths
 
 PEAK = Peak(fp32_gflops=[100.0, 120.0, 110.0], int8_gops=[300.0, 340.0], threads=2,
@@ -235,3 +235,39 @@ def test_rates_keep_three_digits_and_cells_over_the_limit_are_flagged() -> None:
     flagged = report.over_limit(low)
     assert any(f.startswith("runtime-fp32 long b32") for f in flagged)
     assert "over 100% of the measured limit" in report.markdown(low)
+
+
+def _with_floor(run: Run, median_ms: float) -> Run:
+    floor = Floor(rows=16, params=440_401_920, median_ms=median_ms, best_ms=median_ms - 1,
+                  gflops=146.0, threads=2)  # fmt: skip
+    return msgspec.structs.replace(run, weight_floor=floor)
+
+
+def test_report_says_whether_the_batch1_goal_is_within_reach() -> None:
+    # st's batch-1 short p50 is 250 ms in these runs: a 0.3x goal is 75 ms
+    name = "fp32 batch-1 floor: weight products alone at 16 rows vs ST p50 (goal 0.3x)"
+    for median, shown in ((90.0, "90.0 ms = 0.360x ST (out of reach in fp32 here)"),
+                          (50.0, "50.0 ms = 0.200x ST (within reach)")):  # fmt: skip
+        run = _with_floor(_run("qwen3-0.6b"), median)
+        got = {n: (s, v) for n, s, v in report.targets(run, report.rows(run))}
+        assert got[name] == (shown, "info")
+        md = report.markdown(run)
+        assert "- batch-1 floor: the model's weight products alone at 16 rows" in md
+        summary = report.summary([run])
+        assert f"| qwen3-0.6b | floor: weight products alone (16 rows, weight_floor.py) | " \
+               f"{median:.1f} |" in summary
+    # MiniLM's goal is 0.25x
+    minilm = _with_floor(_run("minilm"), 70.0)
+    got = {n: s for n, s, _ in report.targets(minilm, report.rows(minilm))}
+    assert got["fp32 batch-1 floor: weight products alone at 16 rows vs ST p50 (goal 0.25x)"] \
+        == "70.0 ms = 0.280x ST (out of reach in fp32 here)"
+
+
+def test_runs_recorded_before_the_floor_still_load_and_report() -> None:
+    old = msgspec.json.encode(_run("bert-base"))
+    assert b"weight_floor" in old  # encoded as null; a file written before lacks the key
+    legacy = msgspec.json.decode(old.replace(b',"weight_floor":null', b""), type=Run)
+    assert legacy.weight_floor is None
+    md = report.markdown(legacy)
+    assert "- batch-1 floor: not measured" in md
+    assert not any("floor" in n for n, _, _ in report.targets(legacy, report.rows(legacy)))
