@@ -203,7 +203,10 @@ def _floor_target(out: list[tuple[str, str, str]], run: Run, st1: Row | None,
     if floor is None or st1 is None:
         return
     x = floor.median_ms / st1.p50_ms
-    reach = "out of reach in fp32 here" if x > goal else "within reach"
+    goal_ms = goal * st1.p50_ms
+    reach = ("out of reach in fp32 here: the floor alone is above the goal" if x > goal else
+             f"the goal's {goal_ms:.1f} ms leave {goal_ms - floor.median_ms:.1f} ms for the rest "
+             "of the forward")  # fmt: skip
     out.append((f"fp32 batch-1 floor: weight products alone at {floor.rows} rows vs ST p50 "
                 f"(goal {goal}x)", f"{floor.median_ms:.1f} ms = {x:.3f}x ST ({reach})",
                 "info"))  # fmt: skip
