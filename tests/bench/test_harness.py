@@ -101,6 +101,11 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
     assert {line.split("|")[1].strip() for line in body} == set(engines)
     assert "## Targets" in md
     assert "fp32 GEMM" in md and "avx512f" in md  # the host's limits and ISA in every table
+    # the batch-1 floor, at the short texts' row count, with MiniLM's 6 x 1.77 M weights
+    assert run.weight_floor is not None
+    floor = run.weight_floor
+    assert (floor.rows, floor.params) == (16, 6 * (4 * 384**2 + 2 * 384 * 1536))
+    assert "- batch-1 floor: the model's weight products alone at 16 rows" in md
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "| minilm | runtime-int8 |" in summary
     try:
