@@ -201,7 +201,9 @@ class Admission:
             else:
                 encodings = await asyncio.get_running_loop().run_in_executor(self.pool, call)
         except rt_errors.TeiRuntimeError as e:
-            raise from_runtime(e) from e
+            err = from_runtime(e)
+            err.failure_label = "tokenization"  # TEI counts what its tokenization refuses so
+            raise err from e
         meta.tokenization = self.clock() - started
         meta.chars += chars
         for enc in encodings:

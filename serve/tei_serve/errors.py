@@ -71,6 +71,9 @@ class TeiError(Exception):
         self.model: str | None = None
         """The served model whose operation failed (its `model` metric label); None when it
         failed before a model was picked."""
+        self.failure_label: str | None = self.metric
+        """Its `te_request_failure{err=...}` label: the class's, or the step that failed
+        where TEI names that instead ("tokenization" for any input refused while tokenizing)."""
 
     @property
     def http_status(self) -> int:

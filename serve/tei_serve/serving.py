@@ -478,6 +478,7 @@ class Serving:
 
     async def embed_all(self, q: EmbedAllQuery) -> TokenVectors:
         meta = Tally(start=self.clock())
+        self._check_batch_inputs(q.inputs)
         match self.output:
             case Output.LOGITS:
                 raise ModelTypeError("Backend error: Model is not an embedding model")
@@ -490,6 +491,7 @@ class Serving:
 
     async def embed_sparse(self, q: EmbedAllQuery) -> SparseVectors:
         meta = Tally(start=self.clock())
+        self._check_batch_inputs(q.inputs)
         if self.output is not Output.SPARSE:
             raise ModelTypeError(
                 "Backend error: Model is not an embedding model with SPLADE pooling"
@@ -501,6 +503,7 @@ class Serving:
 
     async def predict(self, q: PredictQuery) -> Predictions:
         meta = Tally(start=self.clock())
+        self._check_batch_inputs(q.inputs)
         if self.output is not Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not a classifier model")
         scores = await self._scores(
@@ -542,7 +545,9 @@ class Serving:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(q.inputs))
         if any(not text for text in q.inputs):
-            raise EmptyError("Input validation error: `inputs` cannot be empty")
+            err = EmptyError("Input validation error: `inputs` cannot be empty")
+            err.failure_label = "tokenization"  # found by TEI's tokenization, counted so
+            raise err
         prompt_name = q.prompt_name or self.default_prompt_name
 
         def work() -> list[list[Token]]:
@@ -555,7 +560,10 @@ class Serving:
 
     async def decode(self, q: DecodeQuery) -> Decoded:
         if not q.ids or any(not ids for ids in q.ids):
-            raise EmptyError("Input validation error: `input_ids` cannot be empty")
+            err = EmptyError("Input validation error: `input_ids` cannot be empty")
+            if q.ids:  # an input of no ids: TEI's tokenizer refuses it and counts it so
+                err.failure_label = "tokenization"
+            raise err
         self._check_batch(len(q.ids))
 
         def work() -> list[str]:
@@ -570,14 +578,42 @@ class Serving:
         if n > limit:
             raise BatchSizeError(f"batch size {n} > maximum allowed batch size {limit}")
 
-    def _check_inputs(self, inputs: Sequence[Input]) -> None:
+    def _check_batch_inputs(self, inputs: Sequence[Input]) -> None:
+        """TEI's handler checks on the batch as a whole, before anything per input."""
         if not inputs:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(inputs))
-        for inp in inputs:
-            # TEI's `EncodingInput::is_empty`: "", [] (no token ids), a pair of two "".
-            if not (inp[0] or inp[1] if isinstance(inp, tuple) else inp):
-                raise EmptyError("Input validation error: `inputs` cannot be empty")
+
+    async def _check_each(
+        self,
+        inputs: Sequence[Input],
+        *,
+        truncate: bool | None,
+        direction: Direction,
+        prompt_name: str | None,
+        use_prompt: bool = True,
+        instruction: str | None = None,
+    ) -> None:
+        """An empty input's error, unless an input before it fails first.
+
+        TEI validates a batch input by input, each through its tokenization, and answers with
+        the first failure in request order: an empty input after one that is too long (or
+        after any input, when the prompt name is unknown) answers with that earlier error.
+        Only the inputs before the first empty one are tokenized, and only when there is one.
+        """
+        empty_at = next((i for i, inp in enumerate(inputs) if _is_empty(inp)), None)
+        if empty_at is None:
+            return
+        if empty_at:
+            await self.admission.tokenize(
+                inputs[:empty_at], meta=Tally(start=self.clock()),
+                truncate=self.settings.auto_truncate if truncate is None else truncate,
+                truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
+                instruction=instruction,
+            )  # fmt: skip
+        err = EmptyError("Input validation error: `inputs` cannot be empty")
+        err.failure_label = "tokenization"  # TEI finds an empty input while tokenizing it
+        raise err
 
     async def _run(
         self,
@@ -601,7 +637,8 @@ class Serving:
     async def _forward_all(
         self, q: EmbedAllQuery, output: Output, meta: Tally
     ) -> list[FloatArray]:
-        self._check_inputs(q.inputs)
+        await self._check_each(q.inputs, truncate=q.truncate, direction=q.truncation_direction,
+                               prompt_name=q.prompt_name)  # fmt: skip
         results = await self._run(
             q.inputs, output, meta, truncate=q.truncate, direction=q.truncation_direction,
             prompt_name=q.prompt_name,
@@ -619,13 +656,17 @@ class Serving:
         normalize: bool,
         dimensions: int | None,
     ) -> FloatArray:
-        self._check_inputs(inputs)
-        if self.output is Output.LOGITS:
-            raise ModelTypeError("Backend error: Model is not an embedding model")
+        # TEI's order: the batch, then per input the SPLADE and `dimensions` checks, the
+        # model type, and the input itself.
+        self._check_batch_inputs(inputs)
         if self.output is Output.SPARSE and normalize:
             raise ModelTypeError("Backend error: `normalize` is not available for SPLADE models")
         if dimensions is not None and dimensions <= 0:
             raise ValidationError("Input validation error: `dimensions` should be positive")
+        if self.output is Output.LOGITS:
+            raise ModelTypeError("Backend error: Model is not an embedding model")
+        await self._check_each(inputs, truncate=truncate, direction=direction,
+                               prompt_name=prompt_name)  # fmt: skip
         results = await self._run(
             inputs, self.output, meta, truncate=truncate, direction=direction,
             prompt_name=prompt_name,
@@ -648,7 +689,9 @@ class Serving:
         instruction: str | None = None,
     ) -> FloatArray:
         """Per input scores: sigmoid for one label, softmax over several, or the logits."""
-        self._check_inputs(inputs)
+        self._check_batch_inputs(inputs)
+        await self._check_each(inputs, truncate=truncate, direction=direction, prompt_name=None,
+                               use_prompt=False, instruction=instruction)  # fmt: skip
         results = await self._run(
             inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
             use_prompt=False, instruction=instruction,
@@ -665,7 +708,9 @@ class Serving:
         try:
             return await self.offload(work)
         except rt_errors.TeiRuntimeError as e:
-            raise from_runtime(e) from e
+            err = from_runtime(e)
+            err.failure_label = "tokenization"  # as TEI counts its tokenizer's refusals
+            raise err from e
 
     def _metadata(self, meta: Tally) -> Metadata:
         return Metadata(
@@ -708,6 +753,11 @@ class Serving:
             sha=os.environ.get("GIT_SHA"),
             docker_label=os.environ.get("DOCKER_LABEL"),
         )
+
+
+def _is_empty(inp: Input) -> bool:
+    """TEI's `EncodingInput::is_empty`: "", [] (no token ids), a pair of two ""."""
+    return not (inp[0] or inp[1] if isinstance(inp, tuple) else inp)
 
 
 def _stack(rows: list[FloatArray]) -> FloatArray:

@@ -195,3 +195,48 @@ def test_cors(serve: Callable[..., Running], origins: tuple[str, ...] | None) ->
 def test_unknown_route_json(embed_server: Running) -> None:
     r = embed_server.client.get("/nope")
     assert r.status_code == 404 and "error" in r.json()
+
+
+def test_405_names_the_allowed_methods(embed_server: Running) -> None:
+    r = embed_server.client.get("/embed")
+    assert r.status_code == 405
+    assert "POST" in r.headers["allow"]  # RFC 9110: a 405 says what is allowed
+
+
+def test_first_failing_input_in_request_order_wins(embed_server: Running) -> None:
+    """TEI checks a batch input by input (its tokenization included) and answers with the
+    first failure; `dimensions` is checked before any input."""
+    c = embed_server.client
+    long = "word " * 60  # over the tiny model's 32 tokens
+    too_long = _err(c.post("/embed", json={"inputs": [long, ""], "truncate": False}), 422,
+                    "Validation")  # fmt: skip
+    assert too_long.startswith("Input validation error: `inputs` must have less than 32 tokens")
+    assert _err(c.post("/embed", json={"inputs": ["", long], "truncate": False}), 400,
+                "Empty") == "Input validation error: `inputs` cannot be empty"  # fmt: skip
+    unknown = _err(c.post("/embed", json={"inputs": ["a", ""], "prompt_name": "nope"}), 422,
+                   "Validation")  # fmt: skip
+    assert "nope" in unknown
+    for body in ({"inputs": "", "dimensions": 0}, {"inputs": ["a", ""], "dimensions": 0}):
+        assert _err(c.post("/embed", json=body), 422, "Validation") == (
+            "Input validation error: `dimensions` should be positive")
+    r = c.post("/v1/embeddings", json={"input": "", "dimensions": 0})
+    assert r.status_code == 422 and "`dimensions` should be positive" in r.json()["message"]
+    # TEI's failure labels: what tokenization refuses is "tokenization", the rest
+    # "validation" (above: one too long, one empty, one unknown prompt; 3 `dimensions`)
+    metrics = c.get("/metrics").text
+    assert 'te_request_failure{err="tokenization"} 3' in metrics
+    assert 'te_request_failure{err="validation"} 3' in metrics
+    # the batch as a whole comes first: empty and oversized batches
+    assert _err(c.post("/embed", json={"inputs": ["a"] * 33, "dimensions": 0}), 422,
+                "Validation") == "batch size 33 > maximum allowed batch size 32"  # fmt: skip
+
+
+def test_batch_checks_come_before_the_model_type(serve: Callable[..., Running]) -> None:
+    c = serve(Task.EMBED).client
+    for route, inputs in (("/embed_sparse", ["a"] * 33), ("/predict", [["a"]] * 33)):
+        assert _err(c.post(route, json={"inputs": inputs}), 422, "Validation") == (
+            "batch size 33 > maximum allowed batch size 32")
+    # `[]` is one input of no token ids in TEI: the model check answers first
+    _err(c.post("/embed_sparse", json={"inputs": []}), 424, "Backend")
+    assert _err(c.post("/embed_all", json={"inputs": []}), 400, "Empty") == (
+        "Input validation error: `inputs` cannot be empty")

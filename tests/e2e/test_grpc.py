@@ -187,8 +187,20 @@ def test_rerank_and_rerank_stream(grpc_serve: Callable[..., RunningGrpc], client
     assert code == grpc.StatusCode.INVALID_ARGUMENT and text == "`texts` cannot be empty"
     # On a model that is no reranker, TEI answers that before reading the stream.
     embedder = stubs.RerankStub(grpc_serve(Task.EMBED).channel)
-    code, _ = _code(lambda: embedder.RerankStream(iter([])))
-    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    code, text = _code(lambda: embedder.RerankStream(iter([])))
+    # TEI's gRPC wording: an embedding model is "not a classifier", a classifier "not a
+    # re-ranker", with no "Backend error:" prefix
+    assert (code, text) == (grpc.StatusCode.FAILED_PRECONDITION, "model is not a classifier model")
+    code, text = _code(lambda: embedder.Rerank(pb.RerankRequest(query="q", texts=["a"])))
+    assert (code, text) == (grpc.StatusCode.FAILED_PRECONDITION, "model is not a classifier model")
+    classifier = stubs.RerankStub(grpc_serve(Task.CLASSIFY).channel)
+    for call in (lambda: classifier.Rerank(pb.RerankRequest(query="q", texts=["a"])),
+                 lambda: classifier.RerankStream(iter([]))):  # fmt: skip
+        assert _code(call) == (grpc.StatusCode.FAILED_PRECONDITION,
+                               "model is not a re-ranker model")  # fmt: skip
+    # empty texts are refused before the model type, as TEI does
+    code, _ = _code(lambda: embedder.Rerank(pb.RerankRequest(query="q", texts=[])))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
     code, _ = _code(lambda: rerank.Rerank(pb.RerankRequest(query="q", texts=[])))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     # a reranker also answers Predict (TEI's health says so too)
@@ -243,6 +255,11 @@ def test_tokenize_and_decode(grpc_serve: Callable[..., RunningGrpc], client: Any
     decoded = list(tok.DecodeStream(iter([pb.DecodeRequest(ids=ids[1:2]),
                                           pb.DecodeRequest(ids=ids[2:3])])))  # fmt: skip
     assert [d.text for d in decoded] == ["hello", "world"]
+    # a long text's answer (built off the event loop past 4096 tokens) is whole and in order
+    words = ["hello", "world"] * 3000
+    big = tok.Tokenize(pb.EncodeRequest(inputs=" ".join(words)))
+    assert [t.text for t in big.tokens] == words
+    assert big.tokens[-1].stop == len(" ".join(words))
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -290,7 +307,10 @@ def test_error_codes(grpc_serve: Callable[..., RunningGrpc], client: Any) -> Non
     with pytest.raises(ValueError):  # the client's stub refuses an id over u32 itself
         pb.DecodeRequest(ids=[2**32])
     metrics = r.serving.metrics
-    assert metrics.counter_value("te_request_failure", "validation") >= 4
+    # TEI's labels: what its tokenization refuses (empty, too long, unknown prompt, no ids)
+    # is "tokenization", the `dimensions` check "validation"
+    assert metrics.counter_value("te_request_failure", "tokenization") == 4
+    assert metrics.counter_value("te_request_failure", "validation") == 1
     assert metrics.counter_value("te_request_failure", "overloaded") == 1
     assert metrics.counter_value("te_request_failure", "model_type") == 2
 
@@ -592,7 +612,7 @@ def test_metrics_are_counted_like_http_and_served_on_the_prometheus_port(
     text = httpx.get(f"http://127.0.0.1:{r.metrics_port}/metrics", timeout=10).text
     assert 'te_request_count{method="single"} 4' in text
     assert 'te_request_success{method="single"} 3' in text
-    assert 'te_request_failure{err="validation"} 1' in text
+    assert 'te_request_failure{err="tokenization"} 1' in text  # TEI's label for an empty input
     assert "te_embed_success 3" in text and "te_embed_duration_count 3.0" in text
 
 

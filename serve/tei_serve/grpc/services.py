@@ -50,6 +50,7 @@ from tei_serve.serving import (
     Metadata,
     PredictInput,
     PredictQuery,
+    Ranks,
     RerankQuery,
     Serving,
     TokenizeQuery,
@@ -70,6 +71,8 @@ DEFAULT_STREAM_WINDOW = 1024
 MODEL_KEY = "model"
 """The call metadata key that names the served model (several models only)."""
 INSTRUCTION_KEY = "instruction"
+_INLINE_TOKENS = 4096
+"""A Tokenize answer of more tokens is built on the tokenizer pool, not the event loop."""
 """The call metadata key holding a generative reranker's instruction (TEI's proto has no field
 for it); `instruction-bin` carries it as UTF-8 bytes, since text metadata must be ASCII."""
 
@@ -203,8 +206,8 @@ class TeiServices:
 
     async def fail(self, context: Context, err: TeiError) -> NoReturn:
         """End the call with the error's gRPC code and text, counted as HTTP counts it."""
-        if err.metric is not None:
-            self.models.families.failure(err.metric, model=err.model)
+        if err.failure_label is not None:
+            self.models.families.failure(err.failure_label, model=err.model)
         await context.abort(grpc.StatusCode[err.grpc_code.name], err.message)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
@@ -329,10 +332,15 @@ class TeiServices:
             raw_scores=req.raw_scores, return_text=req.return_text,
             instruction=self.instruction(call, serving),
         )  # fmt: skip
-        # As TEI's gRPC Rerank: each pair waits for a permit rather than failing at once.
-        r = await self.observed(call, serving, waiting_for_permits(serving.rerank(q)),
-                                handler="rerank",
-                                family="predict", n=len(q.texts), method="batch")  # fmt: skip
+
+        async def ranked() -> Ranks:
+            if q.texts and serving.task is not Task.RERANK:  # TEI: empty texts, then this
+                raise not_a_reranker(serving.task)
+            # As TEI's gRPC Rerank: each pair waits for a permit rather than failing at once.
+            return await waiting_for_permits(serving.rerank(q))
+
+        r = await self.observed(call, serving, ranked(), handler="rerank", family="predict",
+                                n=len(q.texts), method="batch")  # fmt: skip
         ranks = [pb.Rank(index=k.index, score=k.score, text=k.text) for k in r.ranks]
         return pb.RerankResponse(ranks=ranks, metadata=metadata_message(r.metadata))
 
@@ -345,7 +353,7 @@ class TeiServices:
         try:
             serving = self.pick(Route.RERANK, call)
             if serving.task is not Task.RERANK:  # TEI checks before reading the stream
-                raise ModelTypeError("Backend error: model is not a re-ranker model")
+                raise not_a_reranker(serving.task)
             instruction = self.instruction(call, serving)
         except TeiError as e:
             await self.fail(context, e)
@@ -392,11 +400,19 @@ class TeiServices:
     async def _tokenize(self, req: pb.EncodeRequest, call: Call) -> pb.EncodeResponse:
         q = TokenizeQuery(inputs=[req.inputs], add_special_tokens=req.add_special_tokens,
                           prompt_name=_optional(req, "prompt_name"))  # fmt: skip
-        [tokens] = (await self.pick(Route.TOKENIZE, call).tokenize(q)).tokens
-        return pb.EncodeResponse(tokens=[
-            pb.SimpleToken(id=t.id, text=t.text, special=t.special, start=t.start, stop=t.stop)
-            for t in tokens
-        ])  # fmt: skip
+        serving = self.pick(Route.TOKENIZE, call)
+        [tokens] = (await serving.tokenize(q)).tokens
+
+        def message() -> pb.EncodeResponse:
+            return pb.EncodeResponse(tokens=[
+                pb.SimpleToken(id=t.id, text=t.text, special=t.special, start=t.start,
+                               stop=t.stop)
+                for t in tokens
+            ])  # fmt: skip
+
+        # A 4 MB text is ~500k tokens, seconds of message building: off the event loop, so
+        # health checks and other calls are not held up (a 1 s probe timeout would fail).
+        return message() if len(tokens) <= _INLINE_TOKENS else await serving.offload(message)
 
     async def _decode(self, req: pb.DecodeRequest, call: Call) -> pb.DecodeResponse:
         q = DecodeQuery(ids=[list(req.ids)], skip_special_tokens=req.skip_special_tokens)
@@ -504,3 +520,9 @@ def _summed(parts: list[Metadata], total_s: float) -> Metadata:
         total_time_ns=int(total_s * 1e9),
     )
 
+
+def not_a_reranker(task: Task) -> ModelTypeError:
+    """TEI's gRPC Rerank wording (no "Backend error:" prefix, unlike its HTTP route): a
+    classifier is "not a re-ranker", an embedding model "not a classifier"."""
+    what = "re-ranker" if task is Task.CLASSIFY else "classifier"
+    return ModelTypeError(f"model is not a {what} model")

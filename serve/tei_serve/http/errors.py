@@ -45,15 +45,18 @@ class OpenAIErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
 _json = msgspec.json.Encoder()
 
 
-def render(err: TeiError, *, openai: bool) -> Response[bytes]:
+def render(
+    err: TeiError, *, openai: bool, headers: dict[str, str] | None = None
+) -> Response[bytes]:
     body: ErrorResponse | OpenAIErrorResponse
     if openai:
         body = OpenAIErrorResponse(message=err.message, code=err.http_status, type=err.error_type)
     else:
         body = ErrorResponse(error=err.message, error_type=err.error_type)
     return Response(
-        content=_json.encode(body), status_code=err.http_status, media_type="application/json"
-    )
+        content=_json.encode(body), status_code=err.http_status, media_type="application/json",
+        headers=headers,
+    )  # fmt: skip
 
 
 def _from_http(exc: HTTPException) -> TeiError:
@@ -73,16 +76,18 @@ def make_exception_handler(metrics: MetricFamilies) -> object:
     def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         if isinstance(exc, UnauthorizedError):
             return Response(content=b"", status_code=exc.http_status)
+        headers: dict[str, str] | None = None
         if isinstance(exc, TeiError):
             err = exc
         elif isinstance(exc, HTTPException):
             err = _from_http(exc)
+            headers = dict(exc.headers) if exc.headers else None  # 405's `allow` (RFC 9110)
         else:
             log.exception("unhandled error on %s", request.url.path, exc_info=exc)
             err = BackendError(f"internal error: {type(exc).__name__}", status=500)
-        if err.metric is not None:
+        if err.failure_label is not None:
             model = err.model or request.state.get("model")
-            metrics.failure(err.metric, model=model)
-        return render(err, openai=request.url.path in OPENAI_PATHS)
+            metrics.failure(err.failure_label, model=model)
+        return render(err, openai=request.url.path in OPENAI_PATHS, headers=headers)
 
     return handler

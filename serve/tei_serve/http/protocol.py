@@ -307,10 +307,9 @@ def parse_inputs(value: Any, *, field: str = "inputs") -> tuple[list[RawInput], 
     if isinstance(value, str):
         return [value], False
     if isinstance(value, list):
-        if not value:
-            # TEI reads `[]` as one input of no token ids, hence its wording.
-            raise EmptyError("Input validation error: `inputs` cannot be empty")
         if _is_ids(value):
+            # `[]` too: TEI reads it as one input of no token ids, refused as empty only after
+            # the route's model checks, like any empty input.
             return [_one(value)], False
         return [_one(v) for v in value], True
     raise BodyError(
