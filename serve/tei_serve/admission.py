@@ -28,7 +28,7 @@ from tei_runtime import errors as rt_errors
 from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
 from tei_runtime.tokenization import chars_of
-from tei_serve.errors import OverloadedError, from_runtime
+from tei_serve.errors import EmptyError, OverloadedError, from_runtime
 from tei_serve.metrics import Metrics
 from tei_serve.model import Direction, Input, ServedModel
 from tei_serve.worker import Result, Worker
@@ -213,6 +213,36 @@ class Admission:
             self.metrics.input_length.observe(n)
         return encodings
 
+    async def _refuse_empty(
+        self,
+        inputs: Sequence[Input],
+        *,
+        truncate: bool,
+        truncation_direction: Direction,
+        prompt_name: str | None,
+        use_prompt: bool,
+        instruction: str | None,
+    ) -> None:
+        """An empty input's error, unless an input before it fails first.
+
+        TEI validates a batch input by input, each through its tokenization, and answers with
+        the first failure in request order: an empty input after one that is too long (or
+        after any input, when the prompt name is unknown) answers with that earlier error.
+        Only the inputs before the first empty one are tokenized, and only when there is one.
+        """
+        empty_at = next((i for i, inp in enumerate(inputs) if is_empty(inp)), None)
+        if empty_at is None:
+            return
+        if empty_at:
+            await self.tokenize(
+                inputs[:empty_at], truncate=truncate, truncation_direction=truncation_direction,
+                prompt_name=prompt_name, meta=Tally(start=self.clock()), use_prompt=use_prompt,
+                instruction=instruction,
+            )  # fmt: skip
+        err = EmptyError("Input validation error: `inputs` cannot be empty")
+        err.failure_label = "tokenization"  # TEI finds an empty input while tokenizing it
+        raise err
+
     async def run(
         self,
         inputs: Sequence[Input],
@@ -225,8 +255,14 @@ class Admission:
         use_prompt: bool = True,
         instruction: str | None = None,
     ) -> list[Result]:
-        """Admit, tokenize, queue and await every input of one request."""
+        """Admit, count, check, tokenize, queue and await every input of one request."""
         async with self.permits.acquire(len(inputs), wait=_WAIT_FOR_PERMITS.get()):
+            self.metrics.inputs_received("predict" if output is Output.LOGITS else "embed",
+                                         len(inputs))  # fmt: skip
+            await self._refuse_empty(
+                inputs, truncate=truncate, truncation_direction=truncation_direction,
+                prompt_name=prompt_name, use_prompt=use_prompt, instruction=instruction,
+            )  # fmt: skip
             encodings = await self.tokenize(
                 inputs,
                 truncate=truncate,
@@ -247,3 +283,8 @@ class Admission:
         meta.queue = sum(r.queue_time for r in results) / n
         meta.inference = sum(r.inference_time for r in results) / n
         return results
+
+
+def is_empty(inp: Input) -> bool:
+    """TEI's `EncodingInput::is_empty`: "", [] (no token ids), a pair of two ""."""
+    return not (inp[0] or inp[1] if isinstance(inp, tuple) else inp)

@@ -189,11 +189,15 @@ class Metrics:
     def inc(self, name: str, *labels: str, by: float = 1.0) -> None:
         self.families.inc(name, *labels, model=self.model, by=by)
 
-    def received(self, method: Method, family: Family | None, n: int) -> None:
-        """A request of `n` inputs arrived (counted before it is validated, as TEI does)."""
+    def received(self, method: Method) -> None:
+        """A request arrived (counted before it is validated, as TEI does)."""
         self.inc("te_request_count", method)
-        if family is not None:
-            self.inc(f"te_{family}_count", by=n)
+
+    def inputs_received(self, family: Family, n: int) -> None:
+        """`n` inputs passed the request's checks and hold their permits: TEI counts them in
+        `te_embed_count` / `te_predict_count` there, just before it tokenizes them (so a
+        refused batch, an overloaded request or a call the model does not serve counts none)."""
+        self.inc(f"te_{family}_count", by=n)
 
     def record(self, method: Method, family: Family | None, n: int, meta: Metadata) -> None:
         """A request of `n` inputs was answered: success counters and duration histograms."""

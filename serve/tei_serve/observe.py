@@ -50,7 +50,7 @@ async def observed(
     the caller's W3C trace context (HTTP headers or gRPC metadata).
     """
     started = serving.clock()
-    serving.metrics.received(method, family, n)
+    serving.metrics.received(method)
     tracing = serving.tracing
     model = serving.served_model_name
     try:

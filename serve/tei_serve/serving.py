@@ -584,37 +584,6 @@ class Serving:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(inputs))
 
-    async def _check_each(
-        self,
-        inputs: Sequence[Input],
-        *,
-        truncate: bool | None,
-        direction: Direction,
-        prompt_name: str | None,
-        use_prompt: bool = True,
-        instruction: str | None = None,
-    ) -> None:
-        """An empty input's error, unless an input before it fails first.
-
-        TEI validates a batch input by input, each through its tokenization, and answers with
-        the first failure in request order: an empty input after one that is too long (or
-        after any input, when the prompt name is unknown) answers with that earlier error.
-        Only the inputs before the first empty one are tokenized, and only when there is one.
-        """
-        empty_at = next((i for i, inp in enumerate(inputs) if _is_empty(inp)), None)
-        if empty_at is None:
-            return
-        if empty_at:
-            await self.admission.tokenize(
-                inputs[:empty_at], meta=Tally(start=self.clock()),
-                truncate=self.settings.auto_truncate if truncate is None else truncate,
-                truncation_direction=direction, prompt_name=prompt_name, use_prompt=use_prompt,
-                instruction=instruction,
-            )  # fmt: skip
-        err = EmptyError("Input validation error: `inputs` cannot be empty")
-        err.failure_label = "tokenization"  # TEI finds an empty input while tokenizing it
-        raise err
-
     async def _run(
         self,
         inputs: Sequence[Input],
@@ -637,8 +606,6 @@ class Serving:
     async def _forward_all(
         self, q: EmbedAllQuery, output: Output, meta: Tally
     ) -> list[FloatArray]:
-        await self._check_each(q.inputs, truncate=q.truncate, direction=q.truncation_direction,
-                               prompt_name=q.prompt_name)  # fmt: skip
         results = await self._run(
             q.inputs, output, meta, truncate=q.truncate, direction=q.truncation_direction,
             prompt_name=q.prompt_name,
@@ -665,8 +632,6 @@ class Serving:
             raise ValidationError("Input validation error: `dimensions` should be positive")
         if self.output is Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not an embedding model")
-        await self._check_each(inputs, truncate=truncate, direction=direction,
-                               prompt_name=prompt_name)  # fmt: skip
         results = await self._run(
             inputs, self.output, meta, truncate=truncate, direction=direction,
             prompt_name=prompt_name,
@@ -690,8 +655,6 @@ class Serving:
     ) -> FloatArray:
         """Per input scores: sigmoid for one label, softmax over several, or the logits."""
         self._check_batch_inputs(inputs)
-        await self._check_each(inputs, truncate=truncate, direction=direction, prompt_name=None,
-                               use_prompt=False, instruction=instruction)  # fmt: skip
         results = await self._run(
             inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
             use_prompt=False, instruction=instruction,
@@ -753,11 +716,6 @@ class Serving:
             sha=os.environ.get("GIT_SHA"),
             docker_label=os.environ.get("DOCKER_LABEL"),
         )
-
-
-def _is_empty(inp: Input) -> bool:
-    """TEI's `EncodingInput::is_empty`: "", [] (no token ids), a pair of two ""."""
-    return not (inp[0] or inp[1] if isinstance(inp, tuple) else inp)
 
 
 def _stack(rows: list[FloatArray]) -> FloatArray:

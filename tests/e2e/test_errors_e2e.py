@@ -240,3 +240,30 @@ def test_batch_checks_come_before_the_model_type(serve: Callable[..., Running]) 
     _err(c.post("/embed_sparse", json={"inputs": []}), 424, "Backend")
     assert _err(c.post("/embed_all", json={"inputs": []}), 400, "Empty") == (
         "Input validation error: `inputs` cannot be empty")
+
+
+def test_inputs_are_counted_where_tei_counts_them(serve: Callable[..., Running]) -> None:
+    """te_embed_count / te_predict_count count the inputs that pass the request's checks and
+    reach tokenization, as TEI's `Infer::embed` / `Infer::predict` do."""
+    c = serve(Task.EMBED).client
+
+    def counts() -> tuple[float, float]:
+        lines = c.get("/metrics").text.splitlines()
+        embed = [float(x.split()[1]) for x in lines if x.startswith("te_embed_count ")]
+        predict = [float(x.split()[1]) for x in lines if x.startswith("te_predict_count ")]
+        return sum(embed), sum(predict)  # an unset counter is not on the page at all
+
+    refused = [
+        ("/embed", {"inputs": ["a"] * 33}),  # batch size
+        ("/embed", {"inputs": ["a", "b"], "dimensions": 0}),
+        ("/embed_sparse", {"inputs": ["a", "b"]}),  # not a SPLADE model
+        ("/predict", {"inputs": "a"}),  # not a classifier
+        ("/rerank", {"query": "q", "texts": ["a", "b"]}),
+    ]
+    for route, body in refused:
+        assert c.post(route, json=body).status_code in (422, 424)
+    assert counts() == (0, 0)
+    assert c.post("/embed", json={"inputs": ["a", "b"]}).status_code == 200
+    # both inputs reach tokenization, where the empty one is refused
+    assert c.post("/embed", json={"inputs": ["a", ""]}).status_code == 400
+    assert counts() == (4, 0)

@@ -384,12 +384,11 @@ class TeiServices:
             return _Ranked(ranks=ranks, metadata=meta)
 
         try:
-            # the number of pairs is known only at the stream's end: counted in then
+            # the number of pairs is known only at the stream's end: their successes counted then
             r = await self.observed(call, serving, rank_all(), handler="rerank",
                                     family="predict", n=0, method="batch")  # fmt: skip
         except TeiError as e:
             await self.fail(context, e)
-        serving.metrics.inc("te_predict_count", by=len(r.ranks))
         serving.metrics.inc("te_predict_success", by=len(r.ranks))
         response = pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
         await self.send_timing(context, response)

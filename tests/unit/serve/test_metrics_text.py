@@ -12,7 +12,8 @@ def test_odd_model_names_are_escaped_and_big_counts_are_not_rounded() -> None:
     names = ['q"x\\y', "two\nlines", "café"]
     for name in names:
         view = families.view(name)
-        view.received("batch", "embed", 1_234_567)
+        view.received("batch")
+        view.inputs_received("embed", 1_234_567)
         view.failure("validation")
     samples = {
         (s.name, s.labels.get("model")): s.value
