@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
+from litestar.response.base import ASGIResponse
 
 from tei_serve.errors import (
     BackendError,
@@ -45,6 +46,20 @@ class OpenAIErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
 _json = msgspec.json.Encoder()
 
 
+class BareResponse(Response[bytes]):
+    """A status with no body and no content-type: what TEI answers with axum's `()` (its health
+    routes) and its auth layer's 401; Litestar would label even an empty body
+    application/json."""
+
+    def __init__(self, status_code: int) -> None:
+        super().__init__(content=b"", status_code=status_code)
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
+        response = super().to_asgi_response(*args, **kwargs)
+        response.headers.pop("content-type", None)
+        return response
+
+
 def render(
     err: TeiError, *, openai: bool, headers: dict[str, str] | None = None
 ) -> Response[bytes]:
@@ -75,7 +90,7 @@ def make_exception_handler(metrics: MetricFamilies) -> object:
 
     def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         if isinstance(exc, UnauthorizedError):
-            return Response(content=b"", status_code=exc.http_status)
+            return BareResponse(exc.http_status)
         headers: dict[str, str] | None = None
         if isinstance(exc, TeiError):
             err = exc

@@ -21,13 +21,13 @@ from litestar import Request, Response, post, route
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
-from litestar.response.base import ASGIResponse
 
 from tei_runtime.manifest import Task
 from tei_serve.auth import ApiKey
 from tei_serve.errors import BodyError, ClientGoneError, ModelChoiceError, UnauthorizedError
 from tei_serve.http.body import read_body
 from tei_serve.http.docs import docs_routes
+from tei_serve.http.errors import BareResponse
 from tei_serve.http.floats import json_array, json_scores
 from tei_serve.http.protocol import (
     DECODERS,
@@ -105,19 +105,6 @@ async def until_disconnect(request: AnyRequest, work: Coroutine[Any, Any, T]) ->
         return task.result()
     task.cancel()
     raise ClientGoneError("client disconnected")
-
-
-class Healthy(Response[bytes]):
-    """200 with no body and no content-type: what TEI's health routes answer (axum's `()`);
-    Litestar would label even an empty body application/json."""
-
-    def __init__(self) -> None:
-        super().__init__(content=b"", status_code=200)
-
-    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
-        response = super().to_asgi_response(*args, **kwargs)
-        response.headers.pop("content-type", None)
-        return response
 
 
 def auth_guard(
@@ -431,12 +418,12 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     @route(["/health", "/ping"], http_method=GET_HEAD)
     async def health() -> Response[bytes]:
         await models.health()
-        return Healthy()
+        return BareResponse(200)
 
     @route("/", http_method=GET_HEAD)
     async def root_health() -> Response[bytes]:
         await models.health()
-        return Healthy()
+        return BareResponse(200)
 
     @route("/metrics", http_method=GET_HEAD)
     async def metrics() -> Response[bytes]:
