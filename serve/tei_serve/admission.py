@@ -6,6 +6,10 @@ and inference. A request that cannot take all of its permits is answered 429 at 
 instead, first come first served, as TEI's streams do (`acquire_permit().await`): the stream
 front-end marks them with `waiting_for_permits()`.
 
+With its permits held, a request's inputs are counted (`te_embed_count` / `te_predict_count`)
+and checked one by one in request order, as TEI's `Infer` does just before it tokenizes them:
+the first input that fails (empty, too long, an unknown prompt) gives the answer.
+
 Tokenization runs on a pool of `tokenization_workers` threads, off the event loop, before the
 entries are queued, so the token-budget queue holds token counts it can pack by; a request of
 at most `INLINE_CHARS` characters is tokenized on the loop, where that is cheaper than the hop.
