@@ -161,3 +161,14 @@ def test_body_cut_short_is_not_a_server_error(limited: Running) -> None:
     metrics = httpx.get(limited.url + "/metrics").text
     assert "te_request_failure" not in metrics or 'err="inference"' not in metrics
     assert limited.client.post("/embed", json={"inputs": "hello"}).status_code == 200
+
+
+@pytest.mark.parametrize("announced", [99_999_999_999, 3_000_000])
+def test_a_body_that_never_comes_still_gets_its_413(limited: Running, announced: int) -> None:
+    """A client that announces more than the limit and sends a few bytes is answered without
+    the rest: at once where the announced body is more than the server would read and drop,
+    after a few seconds of silence otherwise; the connection closes after the answer (before
+    this, the server waited for the body as long as the client kept the socket open)."""
+    head = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % announced)
+    _is_413_json(*_raw_exchange(limited.url, head, iter([b'{"inputs": "a'])))

@@ -9,13 +9,17 @@ read (413, 415, 401, 404, ...) would otherwise be followed by the server closing
 with the client's bytes still unread (uvicorn closes when the client asked for
 `Connection: close`, as urllib does): the kernel then resets the connection and the client
 never sees the answer. So before an answer starts, the rest of the body is read and dropped
-(up to `DRAIN_LIMIT` bytes; a larger upload is cut off). A client that sent
-`Expect: 100-continue` and has not been told to go on is not asked for its body; its answer
-closes the connection instead.
+(up to `DRAIN_LIMIT` bytes; a larger upload is cut off). The answer closes the connection
+instead of waiting for the body when waiting cannot help or could last forever: a client that
+sent `Expect: 100-continue` and has not been told to go on (it sends nothing until then), a
+body announced larger than `DRAIN_LIMIT`, and one that stops arriving for `DRAIN_SECONDS` (a
+client that announces megabytes and sends a few bytes would otherwise hold its answer, and a
+connection, as long as it likes).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from litestar import Request
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
 JSON = "application/json"
 # Bytes read and dropped after an early answer; past this the connection may be reset.
 DRAIN_LIMIT = 64 * 1024 * 1024
+# How long an early answer waits for more of the body to drop before it closes instead.
+DRAIN_SECONDS = 5.0
 
 
 def _body_of(message: Any) -> bytes:
@@ -89,12 +95,9 @@ class DrainUnread:
             return message
 
         async def draining_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                if state.awaits_continue():
-                    headers = [*message.get("headers", []), (b"connection", b"close")]
-                    message = {**message, "headers": headers}
-                else:
-                    await state.drain()
+            if message["type"] == "http.response.start" and not await state.read_out():
+                headers = [*message.get("headers", []), (b"connection", b"close")]
+                message = {**message, "headers": headers}
             await send(message)
 
         await self.app(scope, tracking_receive, draining_send)
@@ -104,10 +107,14 @@ class _Unread:
     """Whether a request's body has been read to its end, and reading what is left."""
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
+        headers = scope.get("headers", ())
         self._expects_continue = any(
-            name == b"expect" and value.lower() == b"100-continue"
-            for name, value in scope.get("headers", ())
+            name == b"expect" and value.lower() == b"100-continue" for name, value in headers
         )
+        self._announced = next(
+            (int(value) for name, value in headers if name == b"content-length"
+             and value.strip().isdigit()), None,
+        )  # fmt: skip
         self._receive = receive
         self._received_any = False
         self._done = False
@@ -121,9 +128,26 @@ class _Unread:
         """The client waits for `100 Continue` before sending; reading would invite the body."""
         return self._expects_continue and not self._received_any and not self._done
 
-    async def drain(self) -> None:
+    async def read_out(self) -> bool:
+        """The body read to its end, so that the answer can keep the connection; False when the
+        answer has to close it instead."""
+        if self.awaits_continue() or self.too_long_to_drain():
+            return False
+        return await self.drain()
+
+    def too_long_to_drain(self) -> bool:
+        """The announced body is more than `drain` would read: reading it cannot help."""
+        return not self._done and self._announced is not None and self._announced > DRAIN_LIMIT
+
+    async def drain(self) -> bool:
+        """Read and drop the rest of the body; False when it stopped arriving for
+        `DRAIN_SECONDS` or passed `DRAIN_LIMIT` first (the connection must close then)."""
         dropped = 0
         while not self._done and dropped <= DRAIN_LIMIT:
-            message = await self._receive()
+            try:
+                message = await asyncio.wait_for(self._receive(), DRAIN_SECONDS)
+            except TimeoutError:
+                return False
             self.saw(message)
             dropped += len(_body_of(message))
+        return self._done
