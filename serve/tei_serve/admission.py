@@ -32,7 +32,12 @@ from tei_runtime import errors as rt_errors
 from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
 from tei_runtime.tokenization import chars_of
-from tei_serve.errors import EmptyError, OverloadedError, from_runtime
+from tei_serve.errors import (
+    EmptyError,
+    OverloadedError,
+    from_runtime,
+    refused_while_tokenizing,
+)
 from tei_serve.metrics import Metrics
 from tei_serve.model import Direction, Input, ServedModel
 from tei_serve.worker import Result, Worker
@@ -205,9 +210,7 @@ class Admission:
             else:
                 encodings = await asyncio.get_running_loop().run_in_executor(self.pool, call)
         except rt_errors.TeiRuntimeError as e:
-            err = from_runtime(e)
-            err.failure_label = "tokenization"  # TEI counts what its tokenization refuses so
-            raise err from e
+            raise refused_while_tokenizing(from_runtime(e)) from e
         meta.tokenization = self.clock() - started
         meta.chars += chars
         for enc in encodings:
@@ -243,9 +246,8 @@ class Admission:
                 prompt_name=prompt_name, meta=Tally(start=self.clock()), use_prompt=use_prompt,
                 instruction=instruction,
             )  # fmt: skip
-        err = EmptyError("Input validation error: `inputs` cannot be empty")
-        err.failure_label = "tokenization"  # TEI finds an empty input while tokenizing it
-        raise err
+        empty = EmptyError("Input validation error: `inputs` cannot be empty")
+        raise refused_while_tokenizing(empty)
 
     async def run(
         self,

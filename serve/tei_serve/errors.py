@@ -10,7 +10,7 @@ RESOURCE_EXHAUSTED, Unhealthy -> UNAVAILABLE. No transport is imported here.
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from tei_runtime import errors as rt_errors
 
@@ -192,6 +192,16 @@ class UnauthorizedError(Exception):
 
     http_status: ClassVar[int] = 401
     grpc_code: ClassVar[GrpcCode] = GrpcCode.UNAUTHENTICATED
+
+
+E = TypeVar("E", bound=TeiError)
+
+
+def refused_while_tokenizing(err: E) -> E:
+    """`err` counted as TEI counts what its tokenization step refuses (an empty or too long
+    input, an unknown prompt name): `te_request_failure{err="tokenization"}`."""
+    err.failure_label = "tokenization"
+    return err
 
 
 def from_runtime(exc: rt_errors.TeiRuntimeError) -> TeiError:

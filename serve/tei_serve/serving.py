@@ -53,6 +53,7 @@ from tei_serve.errors import (
     UnhealthyError,
     ValidationError,
     from_runtime,
+    refused_while_tokenizing,
 )
 from tei_serve.metrics import MetricFamilies, Metrics
 from tei_serve.model import Input, ServedModel
@@ -526,6 +527,7 @@ class Serving:
             raise EmptyError("`texts` cannot be empty")
         if self.task is not Task.RERANK:
             raise ModelTypeError("Backend error: model is not a re-ranker model")
+        self._check_batch(len(q.texts))
         scores = await self._scores(
             [(q.query, t) for t in q.texts], meta, truncate=q.truncate,
             direction=q.truncation_direction, raw_scores=q.raw_scores, first_label_only=True,
@@ -545,9 +547,9 @@ class Serving:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(q.inputs))
         if any(not text for text in q.inputs):
-            err = EmptyError("Input validation error: `inputs` cannot be empty")
-            err.failure_label = "tokenization"  # found by TEI's tokenization, counted so
-            raise err
+            raise refused_while_tokenizing(
+                EmptyError("Input validation error: `inputs` cannot be empty")
+            )
         prompt_name = q.prompt_name or self.default_prompt_name
 
         def work() -> list[list[Token]]:
@@ -561,9 +563,7 @@ class Serving:
     async def decode(self, q: DecodeQuery) -> Decoded:
         if not q.ids or any(not ids for ids in q.ids):
             err = EmptyError("Input validation error: `input_ids` cannot be empty")
-            if q.ids:  # an input of no ids: TEI's tokenizer refuses it and counts it so
-                err.failure_label = "tokenization"
-            raise err
+            raise refused_while_tokenizing(err) if q.ids else err  # q.ids: one input of none
         self._check_batch(len(q.ids))
 
         def work() -> list[str]:
@@ -654,7 +654,6 @@ class Serving:
         instruction: str | None = None,
     ) -> FloatArray:
         """Per input scores: sigmoid for one label, softmax over several, or the logits."""
-        self._check_batch_inputs(inputs)
         results = await self._run(
             inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
             use_prompt=False, instruction=instruction,
@@ -671,9 +670,7 @@ class Serving:
         try:
             return await self.offload(work)
         except rt_errors.TeiRuntimeError as e:
-            err = from_runtime(e)
-            err.failure_label = "tokenization"  # as TEI counts its tokenizer's refusals
-            raise err from e
+            raise refused_while_tokenizing(from_runtime(e)) from e
 
     def _metadata(self, meta: Tally) -> Metadata:
         return Metadata(

@@ -102,6 +102,10 @@ def test_rerank_empty_texts(serve: Callable[..., Running]) -> None:
     # TEI checks for texts before the model type.
     e = serve(Task.EMBED).client
     _err(e.post("/rerank", json={"query": "a", "texts": []}), 400, "Empty")
+    # then the model type, then the batch size
+    _err(e.post("/rerank", json={"query": "a", "texts": ["b"] * 33}), 424, "Backend")
+    assert _err(c.post("/rerank", json={"query": "a", "texts": ["b"] * 33}), 422,
+                "Validation") == "batch size 33 > maximum allowed batch size 32"  # fmt: skip
 
 
 def test_predict_inputs_as_tei_reads_them(serve: Callable[..., Running]) -> None:

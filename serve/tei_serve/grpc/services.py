@@ -71,10 +71,10 @@ DEFAULT_STREAM_WINDOW = 1024
 MODEL_KEY = "model"
 """The call metadata key that names the served model (several models only)."""
 INSTRUCTION_KEY = "instruction"
-_INLINE_TOKENS = 4096
-"""A Tokenize answer of more tokens is built on the tokenizer pool, not the event loop."""
 """The call metadata key holding a generative reranker's instruction (TEI's proto has no field
 for it); `instruction-bin` carries it as UTF-8 bytes, since text metadata must be ASCII."""
+_INLINE_TOKENS = 4096
+"""A Tokenize answer of more tokens is built on the tokenizer pool, not the event loop."""
 
 _MODEL_TYPES = {
     Task.EMBED: pb.MODEL_TYPE_EMBEDDING,
