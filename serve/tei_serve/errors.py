@@ -176,6 +176,20 @@ class MalformedMessageError(BodyError):
         return GrpcCode.INTERNAL
 
 
+class MessageTooLargeError(MalformedMessageError):
+    """A gRPC message over the message limit: OUT_OF_RANGE, in tonic's words, as TEI answers it."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"Error, decoded message length too large: found {size} bytes, "
+            f"the limit is: {limit} bytes"
+        )
+
+    @property
+    def grpc_code(self) -> GrpcCode:
+        return GrpcCode.OUT_OF_RANGE
+
+
 class ClientGoneError(TeiError):
     """The client went away before its answer was ready; nothing is left queued for it."""
 

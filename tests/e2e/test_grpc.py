@@ -282,6 +282,9 @@ def test_error_codes(grpc_serve: Callable[..., RunningGrpc], client: Any) -> Non
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a", dimensions=0)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
+    # proto3 passes an unknown enum number through: refused, never read as the default side
+    code, text = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a", truncation_direction=7)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and text.endswith("got 7")
     # Backend (wrong model type) -> FAILED_PRECONDITION
     code, text = _code(lambda: stubs.PredictStub(r.channel).Predict(pb.PredictRequest(inputs="a")))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "not a classifier" in text
@@ -310,7 +313,7 @@ def test_error_codes(grpc_serve: Callable[..., RunningGrpc], client: Any) -> Non
     # TEI's labels: what its tokenization refuses (empty, too long, unknown prompt, no ids)
     # is "tokenization", the `dimensions` check "validation"
     assert metrics.counter_value("te_request_failure", "tokenization") == 4
-    assert metrics.counter_value("te_request_failure", "validation") == 1
+    assert metrics.counter_value("te_request_failure", "validation") == 2
     assert metrics.counter_value("te_request_failure", "overloaded") == 1
     assert metrics.counter_value("te_request_failure", "model_type") == 2
 
@@ -449,14 +452,20 @@ def test_message_limit_is_teis_4_mib_or_the_payload_limit(
     embed = stubs.EmbedStub(r.channel)
     # TEI ignores --payload-limit for gRPC and takes tonic's 4 MiB messages.
     assert embed.Embed(pb.EmbedRequest(inputs="a " * 1_000_000, truncate=True)).embeddings
-    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a " * 2_200_000)))
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    big = pb.EmbedRequest(inputs="a " * 2_200_000)
+    size = big.ByteSize()
+    tonic = (grpc.StatusCode.OUT_OF_RANGE, "Error, decoded message length too large: found "
+             f"{size} bytes, the limit is: 4194304 bytes")  # fmt: skip
+    assert _code(lambda: embed.Embed(big)) == tonic
     larger = grpc_serve(Task.EMBED, payload_limit=6 * 1024 * 1024)
     assert stubs.EmbedStub(larger.channel).Embed(
         pb.EmbedRequest(inputs="a " * 2_200_000, truncate=True)).embeddings
-    messages = [pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="a " * 2_200_000)]
-    code, _ = _code(lambda: list(stubs.EmbedStub(r.channel).EmbedStream(iter(messages))))
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # In a stream, the messages before the oversized one are answered first, in order.
+    answers: list[Any] = []
+    messages = [pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="b"), big]
+    stream = stubs.EmbedStub(r.channel).EmbedStream(iter(messages))
+    assert _code(lambda: answers.extend(stream)) == tonic
+    assert len(answers) == 2
     assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
 
 

@@ -27,17 +27,13 @@ from tei_runtime.manifest import Task
 from tei_serve.errors import UnhealthyError
 from tei_serve.grpc import tei_pb2
 from tei_serve.grpc.auth import BearerAuth
-from tei_serve.grpc.services import TeiServices
+from tei_serve.grpc.services import TRANSPORT_MESSAGE_LIMIT, TeiServices, message_limit
 from tei_serve.metrics_port import MetricsPort
 from tei_serve.models import Models
 from tei_serve.serving import Serving
 from tei_serve.settings import SHUTDOWN_GRACE_SECONDS
 
 log = logging.getLogger("tei_serve")
-
-GRPC_MESSAGE_LIMIT = 4 * 1024 * 1024
-"""TEI's gRPC server ignores --payload-limit and keeps tonic's 4 MiB message limit; ours is
-the larger of the two, so a TEI client's message fits and an operator can still raise it."""
 
 _TEI = tei_pb2.DESCRIPTOR.services_by_name
 ALWAYS_SERVING = (_TEI["Info"].full_name, _TEI["Tokenize"].full_name)
@@ -125,7 +121,9 @@ class GrpcServer:
         server = aio.server(
             interceptors=[BearerAuth(s.api_key)] if s.api_key is not None else [],
             options=[
-                ("grpc.max_receive_message_length", max(s.payload_limit, GRPC_MESSAGE_LIMIT)),
+                # `decoder` holds messages to `message_limit` and answers as TEI does.
+                ("grpc.max_receive_message_length",
+                 max(message_limit(s.payload_limit), TRANSPORT_MESSAGE_LIMIT)),
                 # grpc sets SO_REUSEPORT by default: a second server would share a taken port
                 # silently instead of failing to start.
                 ("grpc.so_reuseport", 0),

@@ -36,7 +36,13 @@ from grpc import aio
 from tei_runtime.manifest import Task
 from tei_serve import observe
 from tei_serve.admission import waiting_for_permits
-from tei_serve.errors import MalformedMessageError, ModelTypeError, TeiError, ValidationError
+from tei_serve.errors import (
+    MalformedMessageError,
+    MessageTooLargeError,
+    ModelTypeError,
+    TeiError,
+    ValidationError,
+)
 from tei_serve.grpc import tei_pb2 as pb
 from tei_serve.grpc.streams import answer_in_order
 from tei_serve.metrics import Family, Method
@@ -90,8 +96,32 @@ def stream_window(front: Serving | Models, env: Mapping[str, str] = os.environ) 
     return min(window, front.settings.max_concurrent_requests)
 
 
+TEI_MESSAGE_LIMIT = 4 * 1024 * 1024
+"""TEI's gRPC server ignores --payload-limit and keeps tonic's 4 MiB message limit."""
+
+TRANSPORT_MESSAGE_LIMIT = 64 * 1024 * 1024
+"""What grpc itself reads of one message (the HTTP front-end's bound on a body it drains):
+over `message_limit` but under this, a message is answered OUT_OF_RANGE by `decoder`; over
+this, grpc answers RESOURCE_EXHAUSTED itself."""
+
+
+def message_limit(payload_limit: int) -> int:
+    """The larger of TEI's limit and --payload-limit: a TEI client's message always fits,
+    and an operator can still raise it."""
+    return max(payload_limit, TEI_MESSAGE_LIMIT)
+
+
 def direction(value: int) -> Direction:
-    return "left" if value == pb.TRUNCATION_DIRECTION_LEFT else "right"
+    """The message's truncation side. proto3 hands an unknown enum number through as it is;
+    TEI's handler panics on one (the client sees its connection drop), ours refuses it."""
+    if value == pb.TRUNCATION_DIRECTION_LEFT:
+        return "left"
+    if value == pb.TRUNCATION_DIRECTION_RIGHT:
+        return "right"
+    raise ValidationError(
+        f"`truncation_direction` must be TRUNCATION_DIRECTION_RIGHT (0) or "
+        f"TRUNCATION_DIRECTION_LEFT (1), got {value}"
+    )
 
 
 def metadata_message(meta: Metadata) -> pb.Metadata:
@@ -125,11 +155,16 @@ class Malformed:
     error: MalformedMessageError
 
 
-def decoder(message: type[Any]) -> Callable[[bytes], Any]:
+def decoder(message: type[Any], limit: int) -> Callable[[bytes], Any]:
     """The message's parser, turning a decode failure into `Malformed` (grpc would answer it
-    UNKNOWN and log a traceback per message)."""
+    UNKNOWN and log a traceback per message), and a message over `limit` bytes too: the
+    server lets larger ones through to here, so that one is answered OUT_OF_RANGE as tonic
+    does, after the answers to a stream's earlier messages (grpc's own limit would answer
+    RESOURCE_EXHAUSTED at once, ahead of them)."""
 
     def parse(data: bytes) -> Any:
+        if len(data) > limit:
+            return Malformed(MessageTooLargeError(len(data), limit))
         try:
             return message.FromString(data)
         except DecodeError as e:
@@ -189,6 +224,7 @@ class TeiServices:
         self.models = Models.of(front)
         self.window = window if window is not None else stream_window(self.models)
         self.compute = compute_type()
+        self.message_limit = message_limit(self.models.settings.payload_limit)
 
     def pick(self, route: Route, call: Call) -> Serving:
         return self.models.pick(route, call.model())
@@ -433,7 +469,7 @@ class TeiServices:
             return answer
 
         return grpc.unary_unary_rpc_method_handler(
-            behaviour, decoder(request), response.SerializeToString
+            behaviour, decoder(request, self.message_limit), response.SerializeToString
         )
 
     def stream(
@@ -449,7 +485,7 @@ class TeiServices:
                 yield answer
 
         return grpc.stream_stream_rpc_method_handler(
-            behaviour, decoder(request), response.SerializeToString
+            behaviour, decoder(request, self.message_limit), response.SerializeToString
         )
 
     def handlers(self) -> dict[str, Handlers]:
@@ -494,7 +530,7 @@ class TeiServices:
             for service, methods in tables.items()
         }
         out["tei.v1.Rerank"]["RerankStream"] = grpc.stream_unary_rpc_method_handler(
-            self.rerank_stream, decoder(pb.RerankStreamRequest),
+            self.rerank_stream, decoder(pb.RerankStreamRequest, self.message_limit),
             pb.RerankResponse.SerializeToString,
         )
         return out
