@@ -63,6 +63,9 @@ class TeiError(Exception):
     error_type: ClassVar[ErrorType] = ErrorType.BACKEND
     metric: ClassVar[str | None] = None
     """`te_request_failure{err=...}` label; None when the error is not counted."""
+    retry_after_s: ClassVar[int | None] = None
+    """HTTP's `retry-after` on the answer: when a retry may find room (TEI sends none; HTTP
+    clients with a retry policy, urllib3's `Retry` for one, wait that long on a 429)."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -120,6 +123,7 @@ class OverloadedError(TeiError):
     status = 429
     error_type = ErrorType.OVERLOADED
     metric = "overloaded"
+    retry_after_s = 1  # a full batch queue drains in well under a second on any device
 
     def __init__(self, message: str = "Model is overloaded") -> None:
         super().__init__(message)

@@ -41,6 +41,9 @@ def test_overload_429_nothing_else_fails(serve: Callable[..., Running]) -> None:
     for x in results:
         if x.status_code == 429:
             assert x.json() == {"error": "Model is overloaded", "error_type": "Overloaded"}
+            assert x.headers["retry-after"] == "1"
+        else:
+            assert "retry-after" not in x.headers
     assert r.serving.admission.permits.available == 4
     metrics = r.client.get("/metrics").text
     assert f'te_request_failure{{err="overloaded"}} {codes.count(429)}' in metrics

@@ -100,6 +100,8 @@ def make_exception_handler(metrics: MetricFamilies) -> object:
         else:
             log.exception("unhandled error on %s", request.url.path, exc_info=exc)
             err = BackendError(f"internal error: {type(exc).__name__}", status=500)
+        if err.retry_after_s is not None:
+            headers = {**(headers or {}), "retry-after": str(err.retry_after_s)}
         if err.failure_label is not None:
             model = err.model or request.state.get("model")
             metrics.failure(err.failure_label, model=model)
