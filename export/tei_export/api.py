@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import onnx
 
-from tei_export import external, fuse, hub_layouts, precision, validate
+from tei_export import external, fuse, hub_layouts, precision, tokenizer_json, validate
 from tei_export.checkpoint import Checkpoint, read_checkpoint
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan, make_plan
@@ -155,6 +155,19 @@ def export_model(
                 )
                 _note_adapters(progress, source.path, adapter)
                 source = msgspec.structs.replace(source, path=staged, adapter=adapter)
+            if tokenizer_json.needs_conversion(source.path):
+                with progress.stage("tokenizer"):
+                    if staged is None:
+                        staged = tokenizer_json.stage_with_tokenizer_json(
+                            source.path, output_dir.parent
+                        )
+                        source = msgspec.structs.replace(source, path=staged)
+                    else:
+                        tokenizer_json.convert(staged, staged)
+                progress.note(
+                    "no tokenizer.json in the checkpoint: converted its tokenizer files with "
+                    "transformers' fast tokenizer"
+                )
             return _export(
                 source, output_dir, progress, task=task, pooling=pooling,
                 precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,

@@ -1,0 +1,77 @@
+"""A checkpoint without tokenizer.json gets one from transformers' fast-tokenizer conversion.
+
+The runtime reads only tokenizer.json (the `tokenizers` library, no transformers at run time),
+and TEI refuses a model without one. Older checkpoints ship only the files a Python tokenizer
+class reads (BERT's vocab.txt, RoBERTa's vocab.json and merges.txt, a sentencepiece model);
+transformers converts those into a fast tokenizer, whose tokenizer.json then goes into a
+staged copy of the checkpoint (links to its files, the source folder or hub cache untouched).
+The export's parity check runs the reference model through transformers' own tokenizer, so a
+conversion that tokenizes differently fails the export instead of shipping.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from tei_export.errors import ExportError
+
+TOKENIZER_JSON = "tokenizer.json"
+
+# The vocabulary files transformers' tokenizer classes read. Without one, transformers 5 still
+# builds a tokenizer (BERT's from nothing: its five special tokens, every word unknown), which
+# the export's own parity check cannot catch: the reference would tokenize the same way.
+_VOCABULARY_FILES = ("vocab.*", "merges.txt", "*.model", "*.tiktoken", "bpe.codes")
+
+
+def needs_conversion(path: Path) -> bool:
+    return (path / "config.json").is_file() and not (path / TOKENIZER_JSON).is_file()
+
+
+def convert(path: Path, dest: Path) -> None:
+    """Write the fast tokenizer of the checkpoint at `path` as `dest`/tokenizer.json."""
+    from transformers import AutoTokenizer
+
+    if not any(any(path.glob(pattern)) for pattern in _VOCABULARY_FILES):
+        raise ExportError(
+            f"{path}: no tokenizer.json and no vocabulary file for transformers to convert "
+            f"(vocab.txt, vocab.json + merges.txt, a sentencepiece .model); add the model's "
+            f"tokenizer files"
+        )
+    try:
+        # Local files only: the checkpoint is resolved already, and no code of its runs.
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:  # transformers raises many kinds for a folder it cannot read
+        raise ExportError(
+            f"{path}: no tokenizer.json, and transformers could not build a fast tokenizer "
+            f"from its files ({type(e).__name__}: {e})"
+        ) from e
+    if not getattr(tokenizer, "is_fast", False):
+        raise ExportError(
+            f"{path}: no tokenizer.json, and transformers has no fast version of its "
+            f"tokenizer ({type(tokenizer).__name__}); tei-onnx reads only tokenizer.json"
+        )
+    with tempfile.TemporaryDirectory(dir=dest, prefix=".tokenizer-") as saved:
+        tokenizer.save_pretrained(saved)
+        written = Path(saved) / TOKENIZER_JSON
+        if not written.is_file():
+            raise ExportError(f"{path}: transformers wrote no tokenizer.json for its tokenizer")
+        shutil.move(str(written), dest / TOKENIZER_JSON)
+
+
+def stage_with_tokenizer_json(path: Path, parent: Path) -> Path:
+    """A new folder under `parent` (the caller removes it) linking every entry of the
+    checkpoint at `path`, plus the tokenizer.json converted from its tokenizer files."""
+    staged = Path(tempfile.mkdtemp(dir=parent, prefix=".tei-export-tokenizer-"))
+    try:
+        for entry in path.iterdir():
+            (staged / entry.name).symlink_to(entry.resolve())
+        convert(path, staged)
+    except OSError as e:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise ExportError(f"cannot write the staged copy of {path}: {e}") from e
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return staged
