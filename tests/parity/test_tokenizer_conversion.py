@@ -63,6 +63,6 @@ def test_no_tokenizer_files_at_all_is_one_clear_error(tmp_path: Path) -> None:
         (folder / name).unlink(missing_ok=True)
     out = tmp_path / "out"
     out.mkdir()
-    with pytest.raises(ExportError, match="no tokenizer.json and no vocabulary file"):
+    with pytest.raises(ExportError, match=r"no tokenizer\.json and no vocabulary file"):
         export_model(str(folder), out / "art", quiet=True, precisions=[Precision.FP32])
     assert _leftovers(out) == [] and not (out / "art").exists()
