@@ -13,13 +13,31 @@ import logging
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from tei_serve.errors import TeiError
+from tei_serve.errors import ClientGoneError, ErrorType, TeiError
 from tei_serve.metrics import Family, Method
 
 if TYPE_CHECKING:
     from tei_serve.serving import Metadata, Serving
 
 log = logging.getLogger("tei_serve.access")
+
+_SERVER_SIDE = (ErrorType.BACKEND, ErrorType.UNHEALTHY)
+
+
+def log_failure(route: str, err: TeiError) -> None:
+    """The log line of a request answered with an error, whichever front-end answered it (TEI
+    logs each at ERROR): ERROR where the server failed (Backend, Unhealthy), WARNING where
+    the request was refused (Validation, Empty, Tokenizer, Overloaded), INFO for a client
+    that left before its answer."""
+    if isinstance(err, ClientGoneError):
+        level = logging.INFO
+    elif err.error_type in _SERVER_SIDE:
+        level = logging.ERROR
+    else:
+        level = logging.WARNING
+    if log.isEnabledFor(level):
+        log.log(level, "%s model=%s failed: %s %s: %s", route, err.model or "-",
+                err.error_type.value, err.http_status, err.message)  # fmt: skip
 
 
 class Measured(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from support.loopback_server import Running
 from support.processes import free_port
@@ -158,3 +160,20 @@ def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_every_error_answer_is_logged_as_its_kind(
+    serve: Callable[..., Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    r = serve(Task.EMBED)
+    with caplog.at_level(logging.INFO, logger="tei_serve.access"):
+        assert r.client.post("/embed", json={"inputs": ""}).status_code == 400
+        assert r.client.post("/embed", json={"inputs": "a", "dimensions": 0}).status_code == 422
+        r.model.fail_batches = 1
+        assert r.client.post("/embed", json={"inputs": "a"}).status_code == 424
+        assert r.client.post("/nowhere", json={}).status_code == 404
+    failed = [(rec.levelno, rec.getMessage()) for rec in caplog.records
+              if "failed:" in rec.getMessage()]  # fmt: skip
+    assert [level for level, _ in failed] == [logging.WARNING, logging.WARNING, logging.ERROR]
+    assert failed[0][1].startswith("/embed model=") and "Empty 400" in failed[0][1]
+    assert "Backend 424" in failed[2][1]

@@ -7,6 +7,7 @@ The client is generated from TEI's proto with grpcio-tools at test time (grpc_su
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -681,3 +682,17 @@ def test_graceful_stop_answers_the_calls_in_flight(
     r.channel.close()
     r.loop.call_soon_threadsafe(r.loop.stop)
     r.thread.join(timeout=30)
+
+
+def test_errors_are_logged_as_over_http(
+    grpc_serve: Callable[..., RunningGrpc], client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    with caplog.at_level(logging.INFO, logger="tei_serve.access"):
+        _code(lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="")))
+        _code(lambda: list(stubs.EmbedStub(r.channel).EmbedStream(
+            iter([pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="")]))))  # fmt: skip
+    failed = [rec for rec in caplog.records if "failed:" in rec.getMessage()]
+    assert [(rec.levelno, rec.getMessage().split(" model=")[0]) for rec in failed] == [
+        (logging.WARNING, "/tei.v1.Embed/Embed"), (logging.WARNING, "/tei.v1.Embed/EmbedStream")]

@@ -240,18 +240,20 @@ class TeiServices:
 
     # -- the error path and the record path -----------------------------------------------
 
-    async def fail(self, context: Context, err: TeiError) -> NoReturn:
-        """End the call with the error's gRPC code and text, counted as HTTP counts it."""
+    async def fail(self, route: str, context: Context, err: TeiError) -> NoReturn:
+        """End the call with the error's gRPC code and text, counted and logged as HTTP
+        counts and logs it."""
+        observe.log_failure(route, err)
         if err.failure_label is not None:
             self.models.families.failure(err.failure_label, model=err.model)
         await context.abort(grpc.StatusCode[err.grpc_code.name], err.message)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
-    async def answered(self, context: Context, work: Awaitable[Resp]) -> Resp:
+    async def answered(self, route: str, context: Context, work: Awaitable[Resp]) -> Resp:
         try:
             return await work
         except TeiError as e:
-            await self.fail(context, e)
+            await self.fail(route, context, e)
 
     def observed(
         self, call: Call, serving: Serving, work: Awaitable[observe.R], *, handler: str,
@@ -264,6 +266,7 @@ class TeiServices:
 
     async def streamed(
         self,
+        route: str,
         requests: AsyncIterator[Req],
         context: Context,
         answer: Callable[[Req], Awaitable[Resp]],
@@ -274,7 +277,7 @@ class TeiServices:
             ):
                 yield response
         except TeiError as e:
-            await self.fail(context, e)
+            await self.fail(route, context, e)
 
     async def send_timing(self, context: Context, response: Any) -> None:
         """TEI's x-* headers as the response metadata of an answer that carries `Metadata`
@@ -392,7 +395,7 @@ class TeiServices:
                 raise not_a_reranker(serving.task)
             instruction = self.instruction(call, serving)
         except TeiError as e:
-            await self.fail(context, e)
+            await self.fail(call.route, context, e)
         first: list[pb.RerankStreamRequest] = []
 
         async def score(message: pb.RerankStreamRequest) -> tuple[float, str, Metadata]:
@@ -424,7 +427,7 @@ class TeiServices:
             r = await self.observed(call, serving, rank_all(), handler="rerank",
                                     family="predict", n=0, method="batch")  # fmt: skip
         except TeiError as e:
-            await self.fail(context, e)
+            await self.fail(call.route, context, e)
         serving.metrics.inc("te_predict_success", by=len(r.ranks))
         response = pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
         await self.send_timing(context, response)
@@ -464,7 +467,7 @@ class TeiServices:
             async def decoded_then_answered() -> Resp:
                 return await fn(_decoded(req), Call(context, route))
 
-            answer = await self.answered(context, decoded_then_answered())
+            answer = await self.answered(route, context, decoded_then_answered())
             await self.send_timing(context, answer)
             return answer
 
@@ -480,7 +483,7 @@ class TeiServices:
             # grpc.aio tells a streaming handler by `inspect.isasyncgenfunction`
             call = Call(context, route)
             async for answer in self.streamed(
-                requests, context, lambda req: fn(_decoded(req), call)
+                route, requests, context, lambda req: fn(_decoded(req), call)
             ):
                 yield answer
 

@@ -23,6 +23,7 @@ from tei_serve.errors import (
     TeiError,
     UnauthorizedError,
 )
+from tei_serve.observe import log_failure
 
 if TYPE_CHECKING:
     from tei_serve.metrics import MetricFamilies
@@ -100,11 +101,14 @@ def make_exception_handler(metrics: MetricFamilies) -> object:
         else:
             log.exception("unhandled error on %s", request.url.path, exc_info=exc)
             err = BackendError(f"internal error: {type(exc).__name__}", status=500)
+        if err.model is None:
+            err.model = request.state.get("model")
+        if not isinstance(err, RoutingError):  # a path or method no route has is not logged
+            log_failure(request.url.path, err)
         if err.retry_after_s is not None:
             headers = {**(headers or {}), "retry-after": str(err.retry_after_s)}
         if err.failure_label is not None:
-            model = err.model or request.state.get("model")
-            metrics.failure(err.failure_label, model=model)
+            metrics.failure(err.failure_label, model=err.model)
         return render(err, openai=request.url.path in OPENAI_PATHS, headers=headers)
 
     return handler
