@@ -1,6 +1,7 @@
 """A checkpoint that ships only a Python tokenizer's files (BERT's vocab.txt, as older hub
 models do) exports with the tokenizer.json transformers converts from them, matching
-sentence-transformers on the same folder; the folder itself is left as it was."""
+sentence-transformers on the same folder; the folder itself is left as it was. The same for a
+sentencepiece model (XLM-R's sentencepiece.bpe.model), trained here on a few sentences."""
 
 from __future__ import annotations
 
@@ -49,6 +50,47 @@ def test_vocab_txt_only_checkpoint_exports_with_a_converted_tokenizer(tmp_path: 
     assert sorted(p.name for p in legacy.iterdir()) == before  # the source is untouched
     assert _leftovers(out) == []  # the staged copy is gone
     reference = SentenceTransformer(str(legacy), device="cpu")
+    expected = np.concatenate([reference.encode([t]) for t in TEXTS])
+    got = tei_runtime.load(artifact, device="cpu").embed(TEXTS)
+    assert cosines(got, expected).min() >= 0.99999
+
+
+def _sentencepiece_xlmr(folder: Path) -> Path:
+    """The checkpoint with tokenizer.json replaced by a sentencepiece model, as XLM-R ships."""
+    import sentencepiece
+
+    (folder / "tokenizer.json").unlink()
+    corpus = folder.parent / "corpus.txt"
+    corpus.write_text("\n".join(["the quick brown fox jumps over the lazy dog"] * 40
+                                + ["café naïve über straße, 42 times!"] * 20))  # fmt: skip
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(folder.parent / "sp"), vocab_size=40,
+        model_type="unigram", minloglevel=2,
+    )  # fmt: skip
+    (folder.parent / "sp.model").rename(folder / "sentencepiece.bpe.model")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": 120}))
+    config = json.loads((folder / "config.json").read_text())
+    # XLM-R's special ids: <s> 0, <pad> 1, </s> 2 (positions count from the pad id)
+    config.update(bos_token_id=0, pad_token_id=1, eos_token_id=2)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_sentencepiece_only_checkpoint_exports_with_a_converted_tokenizer(
+    tmp_path: Path,
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    import tei_runtime
+    from tei_export.api import export_model
+
+    spm = _sentencepiece_xlmr(
+        build_checkpoint(tmp_path / "spm", "xlm-roberta", st_pooling="mean"))
+    out = tmp_path / "out"
+    out.mkdir()
+    artifact = export_model(str(spm), out / "art", quiet=True, precisions=[Precision.FP32])
+    reference = SentenceTransformer(str(spm), device="cpu")
     expected = np.concatenate([reference.encode([t]) for t in TEXTS])
     got = tei_runtime.load(artifact, device="cpu").embed(TEXTS)
     assert cosines(got, expected).min() >= 0.99999
