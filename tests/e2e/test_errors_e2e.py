@@ -192,6 +192,13 @@ def test_cors(serve: Callable[..., Running], origins: tuple[str, ...] | None) ->
     assert allowed in ("*", "http://allowed.example")
     r = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://allowed.example"})
     assert r.headers["access-control-allow-origin"] in ("*", "http://allowed.example")
+    # a browser app sends its API key and picks a model by header
+    keyed = c.options("/embed", headers={"origin": "http://allowed.example",
+                                         "access-control-request-method": "POST",
+                                         "access-control-request-headers": "authorization,x-model"})
+    assert keyed.status_code in (200, 204)
+    named = {h.strip().lower() for h in keyed.headers["access-control-allow-headers"].split(",")}
+    assert {"authorization", "x-model"} <= named
     if origins:
         other = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://evil.example"})
         assert "access-control-allow-origin" not in other.headers

@@ -48,7 +48,9 @@ def build_app(front: Serving | Models) -> DrainUnread:
     cors = CORSConfig(
         allow_origins=["*"] if "*" in origins else origins,
         allow_methods=["GET", "POST"],
-        allow_headers=["content-type"],
+        # TEI allows content-type alone; a browser app also needs to send its --api-key
+        # and, with several models, the `x-model` header that picks one.
+        allow_headers=["content-type", "authorization", "x-model"],
     )
     app = Litestar(
         route_handlers=build_routes(models),
