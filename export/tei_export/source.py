@@ -8,16 +8,18 @@ import msgspec
 
 from tei_export.errors import ExportError
 
-# What sentence-transformers and TEI read; weights in safetensors or PyTorch format.
-_ALLOW_PATTERNS = [
-    "*.json",
-    "*.safetensors",
-    "*.bin",
-    "*.txt",
-    "*.model",
-    "1_Pooling/*",
-    "*_Dense/*",
-]
+# What sentence-transformers and TEI read. Weights: safetensors wherever they are (the model's,
+# a Dense module's); PyTorch's pickles only where a repository has no safetensors weights, as
+# TEI does: a broad "*.bin" would also fetch a second copy of the weights that many repositories
+# carry beside their safetensors, and their OpenVINO exports.
+_METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "1_Pooling/*", "*_Dense/*"]
+_SAFETENSORS_PATTERNS = ["*.safetensors"]
+_PICKLE_PATTERNS = ["pytorch_model*.bin"]
+
+
+def _has_safetensors_weights(folder: Path) -> bool:
+    return any(folder.glob("model*.safetensors")) or (
+        folder / "model.safetensors.index.json").is_file()  # fmt: skip
 
 
 class ResolvedSource(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,16 +53,17 @@ def resolve(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
+    def download(patterns: list[str]) -> Path:
+        code = ["*.py"] if trust_remote_code else []
+        return Path(snapshot_download(
+            model, revision=revision, token=token, cache_dir=cache_dir,
+            allow_patterns=[*patterns, *code],
+        ))  # fmt: skip
+
     try:
-        path = Path(
-            snapshot_download(
-                model,
-                revision=revision,
-                token=token,
-                cache_dir=cache_dir,
-                allow_patterns=[*_ALLOW_PATTERNS, *(['*.py'] if trust_remote_code else [])],
-            )
-        )
+        path = download([*_METADATA_PATTERNS, *_SAFETENSORS_PATTERNS])
+        if not _has_safetensors_weights(path):
+            path = download([*_METADATA_PATTERNS, *_PICKLE_PATTERNS])
     except LocalEntryNotFoundError as e:
         raise ExportError(
             f"{model}: no such local folder, and as a hub id not in the hub cache and the hub "

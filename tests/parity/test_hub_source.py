@@ -3,6 +3,7 @@ serves a checkpoint over HTTP so the download path (revision, token) really runs
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -142,9 +143,9 @@ class _FakeHub(http.server.BaseHTTPRequestHandler):
         self._handle(with_body=False)
 
 
-@pytest.fixture
-def fake_hub(checkpoint: Path) -> Iterator[type[_FakeHub]]:
-    handler = type("Hub", (_FakeHub,), {"root": checkpoint, "seen_auth": [], "seen_paths": []})
+@contextlib.contextmanager
+def _hub_serving(root: Path) -> Iterator[type[_FakeHub]]:
+    handler = type("Hub", (_FakeHub,), {"root": root, "seen_auth": [], "seen_paths": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -153,6 +154,12 @@ def fake_hub(checkpoint: Path) -> Iterator[type[_FakeHub]]:
         yield handler
     finally:
         server.shutdown()
+
+
+@pytest.fixture
+def fake_hub(checkpoint: Path) -> Iterator[type[_FakeHub]]:
+    with _hub_serving(checkpoint) as handler:
+        yield handler
 
 
 def test_download_with_revision_and_token(tmp_path: Path, fake_hub: type[_FakeHub]) -> None:
@@ -172,3 +179,45 @@ def test_download_with_revision_and_token(tmp_path: Path, fake_hub: type[_FakeHu
     again = _cli(REPO, str(tmp_path / "again"), "--cache-dir", str(tmp_path / "cache"),
                  env={"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": DEAD_ENDPOINT})
     assert again.returncode == 0, again.stderr
+
+
+def _fetched(hub: type[_FakeHub]) -> set[str]:
+    prefix = f"/{REPO}/resolve/"
+    return {p.split("?")[0][len(prefix):].split("/", 1)[1]
+            for p in hub.seen_paths if p.startswith(prefix)}  # fmt: skip
+
+
+def test_safetensors_weights_only_no_second_copy_or_openvino(
+    tmp_path: Path, checkpoint: Path
+) -> None:
+    """A repository with safetensors weights, their PyTorch pickle twin and an OpenVINO export
+    (as sentence-transformers/all-MiniLM-L6-v2 has): only the safetensors are fetched."""
+    repo = tmp_path / "repo"
+    shutil.copytree(checkpoint, repo)
+    (repo / "pytorch_model.bin").write_bytes(b"a second copy of the weights")
+    (repo / "openvino").mkdir()
+    (repo / "openvino" / "openvino_model.bin").write_bytes(b"an OpenVINO export")
+    with _hub_serving(repo) as hub:
+        result = _cli(REPO, str(tmp_path / "artifact"), "--cache-dir", str(tmp_path / "cache"),
+                      env={"HF_ENDPOINT": hub.endpoint})  # type: ignore[attr-defined]
+    assert result.returncode == 0, result.stderr
+    fetched = _fetched(hub)
+    assert "model.safetensors" in fetched and "tokenizer.json" in fetched
+    assert not {"pytorch_model.bin", "openvino/openvino_model.bin"} & fetched, fetched
+
+
+def test_pickle_weights_where_a_repository_has_no_safetensors(
+    tmp_path: Path, checkpoint: Path
+) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    repo = tmp_path / "repo"
+    shutil.copytree(checkpoint, repo)
+    torch.save(load_file(repo / "model.safetensors"), repo / "pytorch_model.bin")
+    (repo / "model.safetensors").unlink()
+    with _hub_serving(repo) as hub:
+        result = _cli(REPO, str(tmp_path / "artifact"), "--cache-dir", str(tmp_path / "cache"),
+                      env={"HF_ENDPOINT": hub.endpoint})  # type: ignore[attr-defined]
+    assert result.returncode == 0, result.stderr
+    assert "pytorch_model.bin" in _fetched(hub)
