@@ -88,3 +88,26 @@ def test_a_non_json_content_type_is_415(embed_server: Running) -> None:
                                        headers={"content-type": "text/plain"})
         assert got.status_code == 415, route
         assert got.json().get("error_type", got.json().get("type")) == "Validation"
+
+
+def test_compressed_bodies_are_read_and_bombs_stop_at_the_limit(
+    serve: Callable[..., Running],
+) -> None:
+    import gzip
+    import zlib
+
+    c = serve(Task.EMBED, payload_limit=10_000).client
+    body = b'{"inputs": ["hello world", "a cat"]}'
+    plain = c.post("/embed", content=body, headers={"content-type": "application/json"})
+    for encoding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        got = c.post("/embed", content=data, headers={"content-type": "application/json",
+                                                      "content-encoding": encoding})
+        assert got.status_code == 200 and got.json() == plain.json(), encoding
+    bomb = gzip.compress(b'{"inputs": "' + b"a" * 1_000_000 + b'"}')
+    assert len(bomb) < 10_000
+    got = c.post("/embed", content=bomb, headers={"content-type": "application/json",
+                                                  "content-encoding": "gzip"})
+    assert got.status_code == 413 and got.json()["error_type"] == "Validation"
+    got = c.post("/v1/embeddings", content=b"{}", headers={"content-type": "application/json",
+                                                           "content-encoding": "br"})
+    assert got.status_code == 415 and "Content-Encoding" in got.json()["message"]

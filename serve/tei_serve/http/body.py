@@ -3,6 +3,9 @@
 `read_body` is how a route gets its body: JSON content type (415 otherwise), at most
 `--payload-limit` bytes held (413 as soon as the announced length or the bytes received pass
 it, never more than the limit buffered), a client that leaves mid-body is `ClientGoneError`.
+A body sent with `Content-Encoding: gzip` or `deflate` is inflated, to at most the limit too
+(413 past it, so a small bomb cannot fill memory); other encodings are 415 (TEI reads no
+encoding at all: its answer to a compressed body is a JSON parse error).
 
 `DrainUnread` wraps the whole ASGI app. An answer that comes before the request body has been
 read (413, 415, 401, 404, ...) would otherwise be followed by the server closing the socket
@@ -20,6 +23,7 @@ connection, as long as it likes).
 from __future__ import annotations
 
 import asyncio
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from litestar import Request
@@ -74,7 +78,39 @@ async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
             raise too_large(limit)
         body += chunk
         if not message.get("more_body", False):
-            return bytes(body)
+            return inflate(bytes(body), request.headers.get("content-encoding", ""), limit)
+
+
+# zlib's window bits: 16 + 15 reads gzip, 32 + 15 reads zlib or gzip (HTTP's "deflate" is zlib
+# data, though some clients send gzip under that name).
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
+          "deflate": 32 + zlib.MAX_WBITS}  # fmt: skip
+
+
+def inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """`body` decoded from its `Content-Encoding`, at most `limit` bytes of it."""
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return body
+    wbits = _WBITS.get(name)
+    if wbits is None:
+        raise BodyError(f"Unsupported Content-Encoding {encoding!r}: send the body as it is, "
+                        f"or gzip or deflate it", status=415)  # fmt: skip
+    out = bytearray()
+    rest = body
+    try:
+        while rest:  # gzip allows several members one after the other
+            inflater = zlib.decompressobj(wbits)
+            out += inflater.decompress(rest, limit + 1 - len(out))
+            if len(out) > limit or inflater.unconsumed_tail:
+                raise too_large(limit)
+            if not inflater.eof:
+                raise BodyError(f"the {name} body ends before its compressed data does",
+                                status=400)  # fmt: skip
+            rest = inflater.unused_data
+    except zlib.error as e:
+        raise BodyError(f"the body is not valid {name} data: {e}", status=400) from e
+    return bytes(out)
 
 
 class DrainUnread:
