@@ -148,6 +148,11 @@ def test_models_list_and_info(multi: Multi) -> None:
     assert [m["id"] for m in listed["data"]] == ["emb", "rr", "cls"]
     for m in listed["data"]:
         assert m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"]
+        assert c.get(f"/v1/models/{m['id']}").json() == m  # OpenAI's `models.retrieve`
+    missing = c.get("/v1/models/nope")
+    assert missing.status_code == 404
+    assert missing.json()["type"] == "Validation" and "`nope` does not exist" in (
+        missing.json()["message"])
     info = c.get("/info").json()
     assert info["model_id"] == "org/emb" and info["served_model_name"] == "emb"
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}

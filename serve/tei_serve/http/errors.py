@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("tei_serve")
 
 OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
+OPENAI_PREFIX = "/v1/models"
+
+
+def is_openai(path: str) -> bool:
+    """The routes that answer errors in OpenAI's shape: its embeddings and models routes."""
+    return path in OPENAI_PATHS or path.startswith(OPENAI_PREFIX)
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +115,6 @@ def make_exception_handler(metrics: MetricFamilies) -> object:
             headers = {**(headers or {}), "retry-after": str(err.retry_after_s)}
         if err.failure_label is not None:
             metrics.failure(err.failure_label, model=err.model)
-        return render(err, openai=request.url.path in OPENAI_PATHS, headers=headers)
+        return render(err, openai=is_openai(request.url.path), headers=headers)
 
     return handler

@@ -24,7 +24,13 @@ from litestar.handlers.http_handlers import HTTPRouteHandler
 
 from tei_runtime.manifest import Task
 from tei_serve.auth import ApiKey
-from tei_serve.errors import BodyError, ClientGoneError, ModelChoiceError, UnauthorizedError
+from tei_serve.errors import (
+    BodyError,
+    ClientGoneError,
+    ModelChoiceError,
+    UnauthorizedError,
+    UnknownModelError,
+)
 from tei_serve.http.body import read_body
 from tei_serve.http.docs import docs_routes
 from tei_serve.http.errors import BareResponse
@@ -161,11 +167,12 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     settings = models.settings
     compute = compute_type()
     info_json = ENCODER.encode(models.info)
-    model_list = ENCODER.encode(OpenAIModelList(object="list", data=[
-        OpenAIModel(id=s.served_model_name, object="model", created=s.created,
-                    owned_by=OWNED_BY)
+    openai_models = {
+        s.served_model_name: OpenAIModel(id=s.served_model_name, object="model",
+                                         created=s.created, owned_by=OWNED_BY)
         for s in models.servings
-    ]))  # fmt: skip
+    }  # fmt: skip
+    model_list = ENCODER.encode(OpenAIModelList(object="list", data=list(openai_models.values())))
     guards = [] if settings.api_key is None else [auth_guard(ApiKey(settings.api_key))]
 
     def body_of(request: AnyRequest) -> Awaitable[bytes]:
@@ -415,6 +422,14 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     async def list_models() -> Response[bytes]:
         return respond(model_list)
 
+    @route("/v1/models/{model_id:path}", http_method=GET_HEAD, guards=guards)
+    async def retrieve_model(model_id: str) -> Response[bytes]:
+        name = model_id.removeprefix("/")  # Litestar keeps the separator in a path parameter
+        if name not in openai_models:
+            raise UnknownModelError(f"The model `{name}` does not exist; served models: "
+                                    f"{', '.join(openai_models)}")  # fmt: skip
+        return respond(ENCODER.encode(openai_models[name]))
+
     @route(["/health", "/ping"], http_method=GET_HEAD)
     async def health() -> Response[bytes]:
         await models.health()
@@ -433,6 +448,6 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
 
     return [
         embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
-        vertex, tokenize, decode_ids, info, list_models, health, root_health, metrics,
-        *docs_routes(),
+        vertex, tokenize, decode_ids, info, list_models, retrieve_model, health, root_health,
+        metrics, *docs_routes(),
     ]
