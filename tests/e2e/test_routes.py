@@ -244,6 +244,9 @@ def test_health_info_metrics_docs(embed_server: Running) -> None:
         r = c.head(path)  # axum's `get` answers HEAD; load balancers probe with it
         assert r.status_code == 200 and r.content == b"", path
     assert c.get("/metrics").headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    (listed,) = c.get("/v1/models").json()["data"]
+    assert "/" in listed["id"]  # a hub id: OpenAI's models.retrieve path holds its slash
+    assert c.get(f"/v1/models/{listed['id']}").json() == listed
     info = c.get("/info").json()
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["max_batch_tokens"] == 16384 and info["max_client_batch_size"] == 32
