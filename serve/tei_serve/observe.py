@@ -24,11 +24,12 @@ log = logging.getLogger("tei_serve.access")
 _SERVER_SIDE = (ErrorType.BACKEND, ErrorType.UNHEALTHY)
 
 
-def log_failure(route: str, err: TeiError) -> None:
+def log_failure(route: str, err: TeiError, status: str) -> None:
     """The log line of a request answered with an error, whichever front-end answered it (TEI
     logs each at ERROR): ERROR where the server failed (Backend, Unhealthy), WARNING where
     the request was refused (Validation, Empty, Tokenizer, Overloaded), INFO for a client
-    that left before its answer."""
+    that left before its answer. `status` is the front-end's (HTTP's 422, gRPC's
+    INVALID_ARGUMENT)."""
     if isinstance(err, ClientGoneError):
         level = logging.INFO
     elif err.error_type in _SERVER_SIDE:
@@ -37,7 +38,7 @@ def log_failure(route: str, err: TeiError) -> None:
         level = logging.WARNING
     if log.isEnabledFor(level):
         log.log(level, "%s model=%s failed: %s %s: %s", route, err.model or "-",
-                err.error_type.value, err.http_status, err.message)  # fmt: skip
+                err.error_type.value, status, err.message)  # fmt: skip
 
 
 class Measured(Protocol):

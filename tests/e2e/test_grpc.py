@@ -694,5 +694,6 @@ def test_errors_are_logged_as_over_http(
         _code(lambda: list(stubs.EmbedStub(r.channel).EmbedStream(
             iter([pb.EmbedRequest(inputs="a"), pb.EmbedRequest(inputs="")]))))  # fmt: skip
     failed = [rec for rec in caplog.records if "failed:" in rec.getMessage()]
+    assert "failed: Empty INVALID_ARGUMENT: " in failed[0].getMessage()
     assert [(rec.levelno, rec.getMessage().split(" model=")[0]) for rec in failed] == [
         (logging.WARNING, "/tei.v1.Embed/Embed"), (logging.WARNING, "/tei.v1.Embed/EmbedStream")]

@@ -243,7 +243,7 @@ class TeiServices:
     async def fail(self, route: str, context: Context, err: TeiError) -> NoReturn:
         """End the call with the error's gRPC code and text, counted and logged as HTTP
         counts and logs it."""
-        observe.log_failure(route, err)
+        observe.log_failure(route, err, err.grpc_code.name)
         if err.failure_label is not None:
             self.models.families.failure(err.failure_label, model=err.model)
         await context.abort(grpc.StatusCode[err.grpc_code.name], err.message)

@@ -110,7 +110,7 @@ def make_exception_handler(metrics: MetricFamilies) -> object:
         if err.model is None:
             err.model = request.state.get("model")
         if not isinstance(err, RoutingError):  # a path or method no route has is not logged
-            log_failure(request.url.path, err)
+            log_failure(request.url.path, err, str(err.http_status))
         if err.retry_after_s is not None:
             headers = {**(headers or {}), "retry-after": str(err.retry_after_s)}
         if err.failure_label is not None:
