@@ -179,6 +179,13 @@ def test_api_key(serve: Callable[..., Running]) -> None:
     assert c.get("/info").status_code == 401
     for path in ("/health", "/metrics", "/ping"):
         assert c.get(path).status_code == 200, path
+    # TEI's auth layer answers before its router: a method the path lacks is 401 without
+    # the key, 405 with it; a path no route has is 404 either way.
+    wrong_method = c.get("/embed")
+    assert wrong_method.status_code == 401 and wrong_method.content == b""
+    keyed = c.get("/embed", headers={"authorization": "Bearer s3cret"})
+    assert keyed.status_code == 405 and "POST" in keyed.headers["allow"]
+    assert c.get("/nowhere").status_code == 404
 
 
 @pytest.mark.parametrize("origins", [None, ("http://allowed.example",)])

@@ -13,8 +13,9 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
 
+from tei_serve.auth import ApiKey
 from tei_serve.http.body import DrainUnread
-from tei_serve.http.errors import make_exception_handler
+from tei_serve.http.errors import KeyedPaths, make_exception_handler
 from tei_serve.http.routes import build_routes
 from tei_serve.metrics_port import MetricsPort, MetricsPortError
 from tei_serve.models import Models
@@ -52,9 +53,15 @@ def build_app(front: Serving | Models) -> DrainUnread:
         # and, with several models, the `x-model` header that picks one.
         allow_headers=["content-type", "authorization", "x-model"],
     )
+    handlers = build_routes(models)
+    keyed = None
+    if s.api_key is not None:
+        # TEI checks the key before the method: GET /embed without it is 401, not 405.
+        guarded = frozenset(path for h in handlers if h.guards for path in h.paths)
+        keyed = KeyedPaths(ApiKey(s.api_key), guarded)
     app = Litestar(
-        route_handlers=build_routes(models),
-        exception_handlers={Exception: make_exception_handler(models.families)},  # type: ignore[dict-item]
+        route_handlers=handlers,
+        exception_handlers={Exception: make_exception_handler(models.families, keyed)},  # type: ignore[dict-item]
         cors_config=cors,
         # Bodies are read by `read_body` alone, which enforces --payload-limit.
         request_max_body_size=None,

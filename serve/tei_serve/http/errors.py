@@ -8,6 +8,7 @@ type 415, body over the limit 413) we answer the same status with TEI's JSON bod
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -15,6 +16,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException
 from litestar.response.base import ASGIResponse
 
+from tei_serve.auth import ApiKey
 from tei_serve.errors import (
     BackendError,
     BodyError,
@@ -92,12 +94,29 @@ def _from_http(exc: HTTPException) -> TeiError:
     return BodyError(exc.detail, status=status)
 
 
-def make_exception_handler(metrics: MetricFamilies) -> object:
-    """The app's single handler for every exception (Litestar's `{Exception: handler}`)."""
+@dataclass(frozen=True)
+class KeyedPaths:
+    """The paths `--api-key` guards, and the key."""
+
+    key: ApiKey
+    paths: frozenset[str]
+
+    def refuses(self, request: Request[Any, Any, Any]) -> bool:
+        sent = request.headers.get("authorization", "").encode("latin-1")
+        return request.url.path in self.paths and not self.key.accepts(sent)
+
+
+def make_exception_handler(metrics: MetricFamilies, keyed: KeyedPaths | None = None) -> object:
+    """The app's single handler for every exception (Litestar's `{Exception: handler}`).
+    `keyed`: with --api-key, a method a guarded path lacks is 401 without the key, as TEI's
+    auth layer answers before its router (Litestar finds the 405 before any guard runs)."""
 
     def handler(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         if isinstance(exc, UnauthorizedError):
             return BareResponse(exc.http_status)
+        if (keyed is not None and isinstance(exc, HTTPException) and exc.status_code == 405
+                and keyed.refuses(request)):  # fmt: skip
+            return BareResponse(UnauthorizedError.http_status)
         headers: dict[str, str] | None = None
         if isinstance(exc, TeiError):
             err = exc
