@@ -21,6 +21,7 @@ from litestar import Request, Response, post, route
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.handlers.http_handlers import HTTPRouteHandler
+from litestar.params import FromPath
 
 from tei_runtime.manifest import Task
 from tei_serve.auth import ApiKey
@@ -423,7 +424,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         return respond(model_list)
 
     @route("/v1/models/{model_id:path}", http_method=GET_HEAD, guards=guards)
-    async def retrieve_model(model_id: str) -> Response[bytes]:
+    async def retrieve_model(model_id: FromPath[str]) -> Response[bytes]:
         name = model_id.removeprefix("/")  # Litestar keeps the separator in a path parameter
         if name not in openai_models:
             raise UnknownModelError(f"The model `{name}` does not exist; served models: "
