@@ -94,7 +94,12 @@ def test_compressed_bodies_are_read_and_bombs_stop_at_the_limit(
     serve: Callable[..., Running],
 ) -> None:
     import gzip
+    import json
+    import random
+    import string
     import zlib
+
+    from tei_serve.http.body import INFLATE_ON_LOOP_BYTES
 
     c = serve(Task.EMBED, payload_limit=10_000).client
     body = b'{"inputs": ["hello world", "a cat"]}'
@@ -103,6 +108,17 @@ def test_compressed_bodies_are_read_and_bombs_stop_at_the_limit(
         got = c.post("/embed", content=data, headers={"content-type": "application/json",
                                                       "content-encoding": encoding})
         assert got.status_code == 200 and got.json() == plain.json(), encoding
+    # a body past INFLATE_ON_LOOP_BYTES compressed is inflated on a worker thread
+    rng = random.Random(0)
+    texts = ["".join(rng.choice(string.ascii_lowercase + " ") for _ in range(5000))
+             for _ in range(32)]  # fmt: skip
+    large = json.dumps({"inputs": texts, "truncate": True}).encode()
+    assert len(gzip.compress(large)) > INFLATE_ON_LOOP_BYTES
+    big = serve(Task.EMBED).client
+    plain = big.post("/embed", content=large, headers={"content-type": "application/json"})
+    got = big.post("/embed", content=gzip.compress(large),
+                   headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert got.status_code == 200 and got.json() == plain.json()
     bomb = gzip.compress(b'{"inputs": "' + b"a" * 1_000_000 + b'"}')
     assert len(bomb) < 10_000
     got = c.post("/embed", content=bomb, headers={"content-type": "application/json",

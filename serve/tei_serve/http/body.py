@@ -78,8 +78,19 @@ async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
             raise too_large(limit)
         body += chunk
         if not message.get("more_body", False):
-            return inflate(bytes(body), request.headers.get("content-encoding", ""), limit)
+            encoding = request.headers.get("content-encoding", "")
+            if len(body) > INFLATE_ON_LOOP_BYTES and encoding.strip().lower() not in IDENTITY:
+                # Inflating up to --payload-limit (an operator may set it to gigabytes) would
+                # hold the event loop; a small body inflates faster than a thread hand-off.
+                return await asyncio.to_thread(inflate, bytes(body), encoding, limit)
+            return inflate(bytes(body), encoding, limit)
 
+
+IDENTITY = ("", "identity")  # no Content-Encoding, or the body as it is
+
+# A compressed body larger than this is inflated on a worker thread (64 KiB of gzipped JSON
+# text inflates to ~0.5 MB in under a millisecond; 2-core AMD EPYC Zen 4).
+INFLATE_ON_LOOP_BYTES = 64 * 1024
 
 # zlib's window bits: 16 + 15 reads gzip, 32 + 15 reads zlib or gzip (HTTP's "deflate" is zlib
 # data, though some clients send gzip under that name).
@@ -90,7 +101,7 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
 def inflate(body: bytes, encoding: str, limit: int) -> bytes:
     """`body` decoded from its `Content-Encoding`, at most `limit` bytes of it."""
     name = encoding.strip().lower()
-    if name in ("", "identity"):
+    if name in IDENTITY:
         return body
     wbits = _WBITS.get(name)
     if wbits is None:
