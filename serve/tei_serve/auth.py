@@ -17,3 +17,8 @@ class ApiKey:
     def accepts(self, authorization: bytes) -> bool:
         # Constant time in the key: the time taken says nothing about how much of it matched.
         return hmac.compare_digest(authorization, self._expected)
+
+    def accepts_header(self, authorization: str) -> bool:
+        """An HTTP `authorization` value as the ASGI server decoded it (latin-1, which gives
+        back the bytes sent)."""
+        return self.accepts(authorization.encode("latin-1"))

@@ -24,12 +24,14 @@ log = logging.getLogger("tei_serve.access")
 _SERVER_SIDE = (ErrorType.BACKEND, ErrorType.UNHEALTHY)
 
 
-def log_failure(route: str, err: TeiError, status: str) -> None:
+def log_failure(
+    route: str, err: TeiError, status: str, *, cause: BaseException | None = None
+) -> None:
     """The log line of a request answered with an error, whichever front-end answered it (TEI
     logs each at ERROR): ERROR where the server failed (Backend, Unhealthy), WARNING where
     the request was refused (Validation, Empty, Tokenizer, Overloaded), INFO for a client
     that left before its answer. `status` is the front-end's (HTTP's 422, gRPC's
-    INVALID_ARGUMENT)."""
+    INVALID_ARGUMENT); `cause`, an exception no error class describes, adds its traceback."""
     if isinstance(err, ClientGoneError):
         level = logging.INFO
     elif err.error_type in _SERVER_SIDE:
@@ -38,7 +40,7 @@ def log_failure(route: str, err: TeiError, status: str) -> None:
         level = logging.WARNING
     if log.isEnabledFor(level):
         log.log(level, "%s model=%s failed: %s %s: %s", route, err.model or "-",
-                err.error_type.value, status, err.message)  # fmt: skip
+                err.error_type.value, status, err.message, exc_info=cause)  # fmt: skip
 
 
 class Measured(Protocol):

@@ -177,3 +177,22 @@ def test_every_error_answer_is_logged_as_its_kind(
     assert [level for level, _ in failed] == [logging.WARNING, logging.WARNING, logging.ERROR]
     assert failed[0][1].startswith("/embed model=") and "Empty 400" in failed[0][1]
     assert "Backend 424" in failed[2][1]
+
+
+def test_an_unhandled_exception_is_one_logged_500_with_its_traceback(
+    serve: Callable[..., Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    r = serve(Task.EMBED)
+
+    async def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a bug")
+
+    r.serving.embed = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="tei_serve"):
+        got = r.client.post("/embed", json={"inputs": "a"})
+    assert got.status_code == 500
+    assert got.json() == {"error": "internal error: RuntimeError", "error_type": "Backend"}
+    failed = [rec for rec in caplog.records if "failed:" in rec.getMessage()]
+    assert len(failed) == 1 and failed[0].levelno == logging.ERROR
+    assert failed[0].exc_info is not None and "a bug" in caplog.text
+    assert len([rec for rec in caplog.records if rec.levelno >= logging.ERROR]) == 1

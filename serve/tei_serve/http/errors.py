@@ -7,7 +7,6 @@ type 415, body over the limit 413) we answer the same status with TEI's JSON bod
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +28,6 @@ from tei_serve.observe import log_failure
 
 if TYPE_CHECKING:
     from tei_serve.metrics import MetricFamilies
-
-log = logging.getLogger("tei_serve")
 
 OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
 OPENAI_PREFIX = "/v1/models"
@@ -102,8 +99,8 @@ class KeyedPaths:
     paths: frozenset[str]
 
     def refuses(self, request: Request[Any, Any, Any]) -> bool:
-        sent = request.headers.get("authorization", "").encode("latin-1")
-        return request.url.path in self.paths and not self.key.accepts(sent)
+        sent = request.headers.get("authorization", "")
+        return request.url.path in self.paths and not self.key.accepts_header(sent)
 
 
 def make_exception_handler(metrics: MetricFamilies, keyed: KeyedPaths | None = None) -> object:
@@ -118,18 +115,20 @@ def make_exception_handler(metrics: MetricFamilies, keyed: KeyedPaths | None = N
                 and keyed.refuses(request)):  # fmt: skip
             return BareResponse(UnauthorizedError.http_status)
         headers: dict[str, str] | None = None
+        unhandled: Exception | None = None
         if isinstance(exc, TeiError):
             err = exc
         elif isinstance(exc, HTTPException):
             err = _from_http(exc)
             headers = dict(exc.headers) if exc.headers else None  # 405's `allow` (RFC 9110)
         else:
-            log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+            unhandled = exc
             err = BackendError(f"internal error: {type(exc).__name__}", status=500)
         if err.model is None:
             err.model = request.state.get("model")
         if not isinstance(err, RoutingError):  # a path or method no route has is not logged
-            log_failure(request.url.path, err, str(err.http_status))
+            # one line per failure; an unhandled exception's carries its traceback
+            log_failure(request.url.path, err, str(err.http_status), cause=unhandled)
         if err.retry_after_s is not None:
             headers = {**(headers or {}), "retry-after": str(err.retry_after_s)}
         if err.failure_label is not None:

@@ -122,8 +122,7 @@ def auth_guard(
     worker thread: a thread hop per request."""
 
     async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        # Header values arrive decoded as latin-1; that gives back the bytes sent.
-        if not api_key.accepts(connection.headers.get("authorization", "").encode("latin-1")):
+        if not api_key.accepts_header(connection.headers.get("authorization", "")):
             raise UnauthorizedError()
 
     return guard
