@@ -33,8 +33,8 @@ from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
 from tei_runtime.tokenization import chars_of
 from tei_serve.errors import (
-    EmptyError,
     OverloadedError,
+    empty_input,
     from_runtime,
     refused_while_tokenizing,
 )
@@ -246,8 +246,7 @@ class Admission:
                 prompt_name=prompt_name, meta=Tally(start=self.clock()), use_prompt=use_prompt,
                 instruction=instruction,
             )  # fmt: skip
-        empty = EmptyError("Input validation error: `inputs` cannot be empty")
-        raise refused_while_tokenizing(empty)
+        raise empty_input()
 
     async def run(
         self,

@@ -222,6 +222,11 @@ def refused_while_tokenizing(err: E) -> E:
     return err
 
 
+def empty_input() -> EmptyError:
+    """An empty input of a batch, refused where TEI's tokenization refuses it."""
+    return refused_while_tokenizing(EmptyError("Input validation error: `inputs` cannot be empty"))
+
+
 def from_runtime(exc: rt_errors.TeiRuntimeError) -> TeiError:
     """The served error for a runtime error, its text unchanged and the runtime error its cause."""
     err: TeiError

@@ -52,6 +52,7 @@ from tei_serve.errors import (
     NaNScoreError,
     UnhealthyError,
     ValidationError,
+    empty_input,
     from_runtime,
     refused_while_tokenizing,
 )
@@ -547,9 +548,7 @@ class Serving:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(q.inputs))
         if any(not text for text in q.inputs):
-            raise refused_while_tokenizing(
-                EmptyError("Input validation error: `inputs` cannot be empty")
-            )
+            raise empty_input()
         prompt_name = q.prompt_name or self.default_prompt_name
 
         def work() -> list[list[Token]]:

@@ -79,11 +79,17 @@ async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
         body += chunk
         if not message.get("more_body", False):
             encoding = request.headers.get("content-encoding", "")
-            if len(body) > INFLATE_ON_LOOP_BYTES and encoding.strip().lower() not in IDENTITY:
+            if _encoding_name(encoding) in IDENTITY:
+                return bytes(body)
+            if len(body) > INFLATE_ON_LOOP_BYTES:
                 # Inflating up to --payload-limit (an operator may set it to gigabytes) would
                 # hold the event loop; a small body inflates faster than a thread hand-off.
                 return await asyncio.to_thread(inflate, bytes(body), encoding, limit)
             return inflate(bytes(body), encoding, limit)
+
+
+def _encoding_name(encoding: str) -> str:
+    return encoding.strip().lower()
 
 
 IDENTITY = ("", "identity")  # no Content-Encoding, or the body as it is
@@ -100,7 +106,7 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
 
 def inflate(body: bytes, encoding: str, limit: int) -> bytes:
     """`body` decoded from its `Content-Encoding`, at most `limit` bytes of it."""
-    name = encoding.strip().lower()
+    name = _encoding_name(encoding)
     if name in IDENTITY:
         return body
     wbits = _WBITS.get(name)
