@@ -123,7 +123,7 @@ class OverloadedError(TeiError):
     status = 429
     error_type = ErrorType.OVERLOADED
     metric = "overloaded"
-    retry_after_s = 1  # a full batch queue drains in well under a second on any device
+    retry_after_s = 1  # the header's smallest whole value: permits free as batches finish
 
     def __init__(self, message: str = "Model is overloaded") -> None:
         super().__init__(message)
