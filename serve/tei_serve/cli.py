@@ -29,6 +29,7 @@ from tei_runtime.manifest import Manifest, Task
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
 from tei_serve.http.app import build_app
+from tei_serve.http.connection import KeepAliveHttp10Protocol
 from tei_serve.low_ports import prepare_bind
 from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import Input, ServedModel
@@ -260,9 +261,10 @@ def uvicorn_config(front: Serving | Models) -> uvicorn.Config:
         access_log=False,
         lifespan="on",
         # Named, not "auto": a missing one fails the start instead of quietly costing ~1 ms
-        # a request (both are dependencies of the serving install).
+        # a request (both are dependencies of the serving install). The protocol is
+        # httptools', keeping HTTP/1.0 keep-alive connections as TEI does.
         loop="uvloop",
-        http="httptools",
+        http=KeepAliveHttp10Protocol,
         server_header=False,
         backlog=max(2048, s.max_concurrent_requests * 2),
         # TEI (hyper) never closes an idle connection; uvicorn's 5 s default races pooled

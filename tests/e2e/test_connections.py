@@ -1,5 +1,7 @@
 """HTTP connections as TEI keeps them: an idle keep-alive connection is not closed after a
-few seconds (TEI's hyper never closes one), so a pooled client's next request is answered."""
+few seconds (TEI's hyper never closes one), so a pooled client's next request is answered; an
+HTTP/1.0 request with `Connection: keep-alive` keeps its connection (`ab -k`), one without it
+is closed after its answer."""
 
 from __future__ import annotations
 
@@ -11,10 +13,16 @@ from urllib.parse import urlsplit
 from support.loopback_server import Running
 from tei_runtime.manifest import Task
 
-_REQUEST = (
-    b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    b"Content-Length: 19\r\n\r\n" + b'{"inputs": "hello"}'
-)
+
+def _request(version: bytes = b"1.1", headers: bytes = b"", body: bytes = b'{"inputs": "hello"}'
+             ) -> bytes:  # fmt: skip
+    return (
+        b"POST /embed HTTP/" + version + b"\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + headers + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    )
+
+
+_REQUEST = _request()
 
 
 def _answer(sock: socket.socket) -> bytes:
@@ -44,3 +52,39 @@ def test_an_idle_keep_alive_connection_still_answers(serve: Callable[..., Runnin
         time.sleep(6.5)  # past uvicorn's 5 s default
         sock.sendall(_REQUEST)
         assert _answer(sock).startswith(b"HTTP/1.1 200")
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (EOF within the socket's timeout)."""
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+def test_an_http10_keep_alive_connection_stays_open(serve: Callable[..., Running]) -> None:
+    r = serve(Task.EMBED)
+    url = urlsplit(r.url)
+    asking = _request(b"1.0", b"Connection: Keep-Alive\r\n")
+    refused = _request(b"1.0", b"Connection: keep-alive\r\n", body=b'{"inputs": ""}')
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        for request, status in ((asking, b"200"), (refused, b"400"), (asking, b"200")):
+            sock.sendall(request)
+            head = _answer(sock)
+            assert head.startswith(b"HTTP/1.1 " + status), head
+            assert b"\r\nconnection: keep-alive" in head.lower()
+        sock.settimeout(1.0)
+        assert not _closed(sock)
+
+
+def test_an_http10_connection_without_keep_alive_is_closed(
+    serve: Callable[..., Running],
+) -> None:
+    r = serve(Task.EMBED)
+    url = urlsplit(r.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(_request(b"1.0"))
+        head = _answer(sock)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert b"keep-alive" not in head.lower()
+        assert _closed(sock)
