@@ -107,12 +107,6 @@ class BodyError(ValidationError):
     """The body is not JSON, not the right shape, too large, or not sent as JSON."""
 
 
-class RoutingError(BodyError):
-    """No such route or method; not counted as a request failure."""
-
-    metric: ClassVar[str | None] = None
-
-
 class TokenizerError(TeiError):
     status = 422
     error_type = ErrorType.TOKENIZER

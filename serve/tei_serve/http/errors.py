@@ -2,7 +2,9 @@
 
 TEI's body is `{"error", "error_type"}`; its OpenAI routes answer `{"message", "code", "type"}`.
 Where TEI (axum) would answer plain text (malformed JSON 400, wrong shape 422, no JSON content
-type 415, body over the limit 413) we answer the same status with TEI's JSON body.
+type 415, body over the limit 413) we answer the same status with TEI's JSON body. A path no
+route has (404) or a method its route lacks (405, with `allow`) is answered as axum's router
+answers it: the status alone, no body.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from tei_serve.errors import (
     BackendError,
     BodyError,
     ErrorType,
-    RoutingError,
     TeiError,
     UnauthorizedError,
 )
@@ -57,8 +58,8 @@ class BareResponse(Response[bytes]):
     routes) and its auth layer's 401; Litestar would label even an empty body
     application/json."""
 
-    def __init__(self, status_code: int) -> None:
-        super().__init__(content=b"", status_code=status_code)
+    def __init__(self, status_code: int, headers: dict[str, str] | None = None) -> None:
+        super().__init__(content=b"", status_code=status_code, headers=headers)
 
     def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
         response = super().to_asgi_response(*args, **kwargs)
@@ -84,8 +85,6 @@ def _from_http(exc: HTTPException) -> TeiError:
     status = exc.status_code
     if status == 413:
         return BodyError("Payload too large", status=413)
-    if status in (404, 405):
-        return RoutingError(exc.detail, status=status)
     if status >= 500:
         return BackendError(exc.detail, status=status)
     return BodyError(exc.detail, status=status)
@@ -119,16 +118,17 @@ def make_exception_handler(metrics: MetricFamilies, keyed: KeyedPaths | None = N
         if isinstance(exc, TeiError):
             err = exc
         elif isinstance(exc, HTTPException):
-            err = _from_http(exc)
             headers = dict(exc.headers) if exc.headers else None  # 405's `allow` (RFC 9110)
+            if exc.status_code in (404, 405):  # a path or method no route has is not logged
+                return BareResponse(exc.status_code, headers)
+            err = _from_http(exc)
         else:
             unhandled = exc
             err = BackendError(f"internal error: {type(exc).__name__}", status=500)
         if err.model is None:
             err.model = request.state.get("model")
-        if not isinstance(err, RoutingError):  # a path or method no route has is not logged
-            # one line per failure; an unhandled exception's carries its traceback
-            log_failure(request.url.path, err, str(err.http_status), cause=unhandled)
+        # one line per failure; an unhandled exception's carries its traceback
+        log_failure(request.url.path, err, str(err.http_status), cause=unhandled)
         if err.retry_after_s is not None:
             headers = {**(headers or {}), "retry-after": str(err.retry_after_s)}
         if err.failure_label is not None:
