@@ -7,8 +7,8 @@ TCP handshake per request and report no keep-alive at all. This protocol keeps s
 connection where the answer has a `content-length` (an HTTP/1.0 client finds the end of a body
 only by its length or by the close).
 
-It leans on two attributes of uvicorn's request cycle (`keep_alive`, `send`); uvicorn is
-pinned in constraints.txt and tests/e2e/test_connections.py fails if they change.
+It leans on two attributes of uvicorn's request cycle (`keep_alive`, `send`): without them it
+changes nothing, and tests/e2e/test_connections.py fails; uvicorn is pinned in constraints.txt.
 """
 
 from __future__ import annotations
@@ -41,10 +41,13 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         cycle = self.cycle
-        # The cycle is this request's only if the parent made one (an upgrade returns early).
+        # The cycle is this request's only if the parent made one (an upgrade returns early);
+        # a uvicorn whose cycle lacks what this relies on keeps its own HTTP/1.0 behaviour.
         if (
             cycle is None
-            or cycle.scope is not self.scope
+            or getattr(cycle, "scope", None) is not self.scope
+            or not hasattr(cycle, "keep_alive")
+            or not callable(getattr(cycle, "send", None))
             or self.scope.get("http_version") != "1.0"
             or not asks_keep_alive(self.headers)
         ):
