@@ -165,11 +165,13 @@ class Model:
         *,
         add_special_tokens: bool = True,
         prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> list[list[Token]]:
+        """TEI's /tokenize view of each input, prompted as `encode` prompts it."""
         return self.tokenizer.tokens(
             inputs,
             add_special_tokens=add_special_tokens,
-            prefix=self._prefix(prompt_name, None),
+            prefix=self._prefix(prompt_name, prompt),
         )
 
     def decode(

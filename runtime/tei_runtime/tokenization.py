@@ -250,10 +250,13 @@ class Tokenizer:
         add_special_tokens: bool = True,
         prefix: str | None = None,
     ) -> list[list[Token]]:
-        """TEI's /tokenize view: no truncation, byte offsets into the (prompted) input."""
+        """TEI's /tokenize view: no truncation (so TEI's character limit holds), byte offsets
+        into the (prompted) input."""
         _require_batch(inputs)
         texts: list[TextInput] = []
         for item in inputs:
+            if isinstance(item, (str, tuple)):
+                self._check_chars(item)
             if isinstance(item, str):
                 texts.append(prefix + item if prefix else item)
             elif isinstance(item, tuple) and _is_pair(item):

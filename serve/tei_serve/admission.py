@@ -178,6 +178,16 @@ class Admission:
         """Run `fn` on the tokenizer pool (tokenize, decode, big JSON encodes)."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
 
+    def prompt_of(self, prompt_name: str | None) -> tuple[str | None, str | None]:
+        """(prompt name, prompt text) for a request's `prompt_name`, as TEI's tokenizer picks:
+        the request's name when it gives one (even an empty one, which no model has), else
+        --default-prompt-name, else --default-prompt (else the artifact's own default)."""
+        if prompt_name is not None:
+            return prompt_name, None
+        if self.default_prompt_name is not None:
+            return self.default_prompt_name, None
+        return None, self.default_prompt
+
     async def tokenize(
         self,
         inputs: Sequence[Input],
@@ -190,9 +200,8 @@ class Admission:
         instruction: str | None = None,
     ) -> Sequence[Encoding]:
         prompt: str | None = None
-        if use_prompt and prompt_name is None:
-            prompt_name = self.default_prompt_name
-            prompt = self.default_prompt if prompt_name is None else None
+        if use_prompt:
+            prompt_name, prompt = self.prompt_of(prompt_name)
         call = functools.partial(
             self.model.encode,
             inputs,

@@ -48,6 +48,7 @@ class ServedModel(Backend, Protocol):
         *,
         add_special_tokens: bool = True,
         prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> Sequence[Sequence[Token]]: ...
 
     def decode(

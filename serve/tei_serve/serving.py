@@ -98,6 +98,12 @@ log = logging.getLogger("tei_serve")
 FloatArray = npt.NDArray[np.float32]
 T = TypeVar("T")
 
+
+def highest_first(items: Sequence[T], score: Callable[[T], float]) -> list[T]:
+    """`items` by descending score as TEI orders predictions and ranks: a stable ascending
+    sort, reversed, so tied items come last index first."""
+    return sorted(items, key=score)[::-1]
+
 Direction = Literal["left", "right"]
 TextOrIds = str | Sequence[int]
 """One input to embed: a text, or token ids (decoded and tokenized again, as TEI does)."""
@@ -517,8 +523,7 @@ class Serving:
         for row in scores:
             ranked = [Prediction(score=float(s), label=labels.get(i, str(i)))
                       for i, s in enumerate(row)]  # fmt: skip
-            ranked.sort(key=lambda p: p.score, reverse=True)
-            predictions.append(ranked)
+            predictions.append(highest_first(ranked, lambda p: p.score))
         return Predictions(predictions=predictions, metadata=self._metadata(meta))
 
     async def rerank(self, q: RerankQuery) -> Ranks:
@@ -538,8 +543,7 @@ class Serving:
             Rank(index=i, score=float(row[0]), text=q.texts[i] if q.return_text else None)
             for i, row in enumerate(scores)
         ]
-        ranks.sort(key=lambda r: r.score, reverse=True)
-        return Ranks(ranks=ranks, metadata=self._metadata(meta))
+        return Ranks(ranks=highest_first(ranks, lambda r: r.score), metadata=self._metadata(meta))
 
     # -- tokenizer --------------------------------------------------------------------------
 
@@ -549,12 +553,13 @@ class Serving:
         self._check_batch(len(q.inputs))
         if any(not text for text in q.inputs):
             raise empty_input()
-        prompt_name = q.prompt_name or self.default_prompt_name
+        prompt_name, prompt = self.admission.prompt_of(q.prompt_name)
 
         def work() -> list[list[Token]]:
             rows = self.model.tokenize(
-                q.inputs, add_special_tokens=q.add_special_tokens, prompt_name=prompt_name
-            )
+                q.inputs, add_special_tokens=q.add_special_tokens, prompt_name=prompt_name,
+                prompt=prompt,
+            )  # fmt: skip
             return [list(row) for row in rows]
 
         return Tokens(tokens=await self._tokenizer_call(work))

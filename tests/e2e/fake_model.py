@@ -152,17 +152,11 @@ class FakeModel:
                instruction: str | None = None) -> list[Encoding]:
         if instruction is not None:
             raise rt_errors.ValidationError("`instruction` applies to generative rerankers only")
-        prefix = prompt
-        if prompt_name is not None:
-            try:
-                prefix = self.manifest.prompts.prompts[prompt_name]
-            except KeyError as e:
-                raise rt_errors.ValidationError(f"prompt `{prompt_name}` not found") from e
         return self.tokenizer.encode(
             inputs,  # type: ignore[arg-type]
             truncate=truncate,
             truncation_direction=truncation_direction,  # type: ignore[arg-type]
-            prefix=prefix,
+            prefix=self._prefix(prompt_name, prompt),
             add_special_tokens=add_special_tokens,
         )
 
@@ -184,11 +178,18 @@ class FakeModel:
                     np.add.at(counts[row], np.asarray(e.ids, dtype=np.int64), 1.0)
                 return list(np.log1p(counts))
 
+    def _prefix(self, prompt_name: str | None, prompt: str | None) -> str | None:
+        if prompt_name is None:
+            return prompt
+        try:
+            return self.manifest.prompts.prompts[prompt_name]
+        except KeyError as e:
+            raise rt_errors.ValidationError(f"prompt `{prompt_name}` not found") from e
+
     def tokenize(self, inputs: Sequence[str], *, add_special_tokens: bool = True,
-                 prompt_name: str | None = None) -> list[list[Token]]:
-        prefix = self.manifest.prompts.prompts.get(prompt_name) if prompt_name else None
+                 prompt_name: str | None = None, prompt: str | None = None) -> list[list[Token]]:
         return self.tokenizer.tokens(inputs, add_special_tokens=add_special_tokens,
-                                     prefix=prefix)
+                                     prefix=self._prefix(prompt_name, prompt))
 
     def decode(self, ids: Sequence[Sequence[int]], *,
                skip_special_tokens: bool = True) -> list[str]:

@@ -38,12 +38,13 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModuleType, Module
 def grpc_serve(tokenizer_json: Path) -> Iterator[Callable[..., RunningGrpc]]:
     running: list[RunningGrpc] = []
 
-    def factory(task: Task = Task.EMBED, **settings: Any) -> RunningGrpc:
+    def factory(task: Task = Task.EMBED, *, max_input_length: int = 32,
+                **settings: Any) -> RunningGrpc:
         settings.setdefault("hostname", "127.0.0.1")
         settings.setdefault("port", 0)
         settings.setdefault("prometheus_port", 0)
         settings.setdefault("tokenization_workers", 2)
-        model = FakeModel(tokenizer_json, task)
+        model = FakeModel(tokenizer_json, task, max_input_length=max_input_length)
         serving = Serving(settings=Settings(grpc=True, **settings), model=model,
                           model_id=f"fake/{task.value}")  # fmt: skip
         r = RunningGrpc(serving)
@@ -256,9 +257,16 @@ def test_tokenize_and_decode(grpc_serve: Callable[..., RunningGrpc], client: Any
     decoded = list(tok.DecodeStream(iter([pb.DecodeRequest(ids=ids[1:2]),
                                           pb.DecodeRequest(ids=ids[2:3])])))  # fmt: skip
     assert [d.text for d in decoded] == ["hello", "world"]
+    # TEI's character limit holds (max_input_length 32 x 250: Tokenize never truncates)
+    code, text = _code(lambda: tok.Tokenize(pb.EncodeRequest(inputs="a" * 8001)))
+    assert (code, text) == (grpc.StatusCode.INVALID_ARGUMENT, "Input validation error: "
+                            "`inputs` must have less than 8000 characters. Given: 8001")
+    code, _ = _code(lambda: list(tok.TokenizeStream(iter([pb.EncodeRequest(inputs="a" * 8001)]))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
     # a long text's answer (built off the event loop past 4096 tokens) is whole and in order
     words = ["hello", "world"] * 3000
-    big = tok.Tokenize(pb.EncodeRequest(inputs=" ".join(words)))
+    long_model = stubs.TokenizeStub(grpc_serve(Task.EMBED, max_input_length=512).channel)
+    big = long_model.Tokenize(pb.EncodeRequest(inputs=" ".join(words)))
     assert [t.text for t in big.tokens] == words
     assert big.tokens[-1].stop == len(" ".join(words))
 

@@ -168,6 +168,36 @@ def test_tokenize_decode(embed_server: Running) -> None:
     assert len(both) == 2 and "[CLS]" in both[0]
 
 
+def test_tokenize_keeps_teis_character_limit(embed_server: Running) -> None:
+    """/tokenize never truncates, so TEI's limit of max_input_length (32) x 250 characters
+    always holds: the first input over it answers, as /embed with truncation off does."""
+    c = embed_server.client
+    for inputs in ("a" * 8001, ["b", "a" * 8001]):
+        err = c.post("/tokenize", json={"inputs": inputs})
+        assert err.status_code == 422 and err.json() == {
+            "error": "Input validation error: `inputs` must have less than 8000 characters. "
+                     "Given: 8001", "error_type": "Validation"}  # fmt: skip
+    assert c.post("/tokenize", json={"inputs": "a" * 8000}).status_code == 200
+
+
+@pytest.mark.parametrize("default", [{"default_prompt": "query "},
+                                     {"default_prompt_name": "query"}])  # fmt: skip
+def test_tokenize_shows_the_default_prompt(serve: Callable[..., Running],
+                                           default: dict[str, str]) -> None:  # fmt: skip
+    """/tokenize prompts an input as /embed does: --default-prompt(-name) where the request
+    names no prompt; an empty `prompt_name` is a name no model has (422), as in TEI."""
+    plain = serve(Task.EMBED).client
+    named = plain.post("/tokenize", json={"inputs": "hello", "prompt_name": "query"}).json()
+    assert [t["text"] for t in named[0]] == ["[CLS]", "query", "hello", "[SEP]"]
+    c = serve(Task.EMBED, **default).client
+    assert c.post("/tokenize", json={"inputs": "hello"}).json() == named
+    assert c.post("/embed", json={"inputs": "hello"}).json() == plain.post(
+        "/embed", json={"inputs": "hello", "prompt_name": "query"}).json()
+    for client in (plain, c):
+        empty = client.post("/tokenize", json={"inputs": "hello", "prompt_name": ""})
+        assert empty.status_code == 422 and empty.json()["error_type"] == "Validation"
+
+
 def test_sparse(serve: Callable[..., Running]) -> None:
     r = serve(Task.SPARSE)
     out = r.client.post("/embed_sparse", json={"inputs": ["hello hello", "cat"]}).json()
@@ -208,6 +238,15 @@ def test_rerank(serve: Callable[..., Running]) -> None:
     assert [x["index"] for x in raw] == [x["index"] for x in ranks]
     assert r.client.post("/", json=body).json() == ranks
     assert r.client.post("/predict", json={"inputs": ["q", "d"]}).status_code == 200
+
+
+def test_tied_scores_come_in_teis_order(serve: Callable[..., Running]) -> None:
+    """TEI sorts ascending (stable) and reverses: tied texts come last index first."""
+    r = serve(Task.RERANK)
+    texts = ["same", "same", "other", "same"]
+    ranks = r.client.post("/rerank", json={"query": "q", "texts": texts}).json()
+    assert [x["index"] for x in ranks if texts[x["index"]] == "same"] == [3, 1, 0]
+    assert ranks == sorted(ranks, key=lambda x: -x["score"])
 
 
 def test_vertex_answers_each_instance_as_its_own_request(

@@ -61,6 +61,7 @@ from tei_serve.serving import (
     Serving,
     TokenizeQuery,
     compute_type,
+    highest_first,
     timing_headers,
 )
 
@@ -416,9 +417,9 @@ class TeiServices:
             if not scored:
                 raise ValidationError("`texts` cannot be empty")
             return_text = first[0].return_text
-            ranks = [pb.Rank(index=i, score=s, text=text if return_text else None)
-                     for i, (s, text, _) in enumerate(scored)]  # fmt: skip
-            ranks.sort(key=lambda k: k.score, reverse=True)
+            ranks = highest_first(
+                [pb.Rank(index=i, score=s, text=text if return_text else None)
+                 for i, (s, text, _) in enumerate(scored)], lambda k: k.score)  # fmt: skip
             meta = _summed([m for _, _, m in scored], serving.clock() - started)
             return _Ranked(ranks=ranks, metadata=meta)
 
