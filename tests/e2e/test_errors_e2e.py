@@ -190,25 +190,40 @@ def test_api_key(serve: Callable[..., Running]) -> None:
 
 @pytest.mark.parametrize("origins", [None, ("http://allowed.example",)])
 def test_cors(serve: Callable[..., Running], origins: tuple[str, ...] | None) -> None:
-    c = serve(Task.EMBED, cors_allow_origin=origins).client
-    pre = c.options("/embed", headers={"origin": "http://allowed.example",
-                                       "access-control-request-method": "POST",
-                                       "access-control-request-headers": "content-type"})
-    assert pre.status_code in (200, 204)
-    allowed = pre.headers["access-control-allow-origin"]
-    assert allowed in ("*", "http://allowed.example")
-    r = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://allowed.example"})
+    """TEI's tower-http CorsLayer: every OPTIONS is a preflight answered 200 with no body (the
+    method and headers asked for are not checked, the browser checks them), before routes and
+    the API key; every answer carries `vary` and the origin header where the origin is
+    allowed (any origin: `*` on every answer)."""
+    c = serve(Task.EMBED, cors_allow_origin=origins, api_key="k").client
+    ask = {"access-control-request-method": "POST"}
+    for path, headers in (("/embed", {"access-control-request-headers": "content-type"}),
+                          ("/embed", {"access-control-request-headers": "x-other"}),
+                          ("/nowhere", {})):  # fmt: skip
+        pre = c.options(path, headers={"origin": "http://allowed.example", **ask, **headers})
+        assert (pre.status_code, pre.content) == (200, b""), path
+        assert pre.headers["access-control-allow-methods"] == "GET,POST"
+        assert pre.headers["access-control-allow-origin"] == ("*" if origins is None
+                                                              else "http://allowed.example")
+        assert "origin" in pre.headers["vary"]
+        # a browser app sends its API key and picks a model by header
+        named = {h.strip() for h in pre.headers["access-control-allow-headers"].split(",")}
+        assert named == {"content-type", "authorization", "x-model"}
+    key = {"authorization": "Bearer k"}
+    r = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://allowed.example", **key})
+    assert r.status_code == 200
     assert r.headers["access-control-allow-origin"] in ("*", "http://allowed.example")
-    # a browser app sends its API key and picks a model by header
-    keyed = c.options("/embed", headers={"origin": "http://allowed.example",
-                                         "access-control-request-method": "POST",
-                                         "access-control-request-headers": "authorization,x-model"})
-    assert keyed.status_code in (200, 204)
-    named = {h.strip().lower() for h in keyed.headers["access-control-allow-headers"].split(",")}
-    assert {"authorization", "x-model"} <= named
+    refused = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://allowed.example"})
+    assert refused.status_code == 401 and "origin" in refused.headers["vary"]
+    other = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://evil.example", **key})
+    bare = c.get("/health")  # no Origin header
     if origins:
-        other = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+        assert "access-control-allow-origin" not in bare.headers
+        pre = c.options("/embed", headers={"origin": "http://evil.example", **ask})
+        assert pre.status_code == 200 and "access-control-allow-origin" not in pre.headers
+    else:
+        assert other.headers["access-control-allow-origin"] == "*"
+        assert bare.headers["access-control-allow-origin"] == "*"
 
 
 def test_unknown_route_is_a_bare_404(embed_server: Running) -> None:

@@ -1,7 +1,8 @@
 """The Litestar app over the served `Models`: routes, CORS, the error handler, the lifespan.
 
-The app is wrapped in `DrainUnread`, so every answer, whichever route or error gives it,
-comes after the request body has been read (see `tei_serve.http.body`).
+The app is wrapped in `Cors` (TEI's CORS layer, outside routes and key) and that in
+`DrainUnread`, so every answer, whichever layer gives it, comes after the request body has
+been read (see `tei_serve.http.body`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
-from litestar.config.cors import CORSConfig
 
 from tei_serve.auth import ApiKey
 from tei_serve.http.body import DrainUnread
+from tei_serve.http.cors import Cors
 from tei_serve.http.errors import KeyedPaths, make_exception_handler
 from tei_serve.http.routes import build_routes
 from tei_serve.metrics_port import MetricsPort, MetricsPortError
@@ -45,14 +46,6 @@ def build_app(front: Serving | Models) -> DrainUnread:
             await models.stop()
             await metrics_port.close()
 
-    origins = list(s.cors_allow_origin) if s.cors_allow_origin else ["*"]
-    cors = CORSConfig(
-        allow_origins=["*"] if "*" in origins else origins,
-        allow_methods=["GET", "POST"],
-        # TEI allows content-type alone; a browser app also needs to send its --api-key
-        # and, with several models, the `x-model` header that picks one.
-        allow_headers=["content-type", "authorization", "x-model"],
-    )
     handlers = build_routes(models)
     keyed = None
     if s.api_key is not None:
@@ -62,11 +55,14 @@ def build_app(front: Serving | Models) -> DrainUnread:
     app = Litestar(
         route_handlers=handlers,
         exception_handlers={Exception: make_exception_handler(models.families, keyed)},  # type: ignore[dict-item]
-        cors_config=cors,
         # Bodies are read by `read_body` alone, which enforces --payload-limit.
         request_max_body_size=None,
         openapi_config=None,
         lifespan=[lifespan],
         logging_config=None,
     )
-    return DrainUnread(app)
+    origins = list(s.cors_allow_origin) if s.cors_allow_origin else ["*"]
+    # TEI allows content-type alone; a browser app also needs to send its --api-key and,
+    # with several models, the `x-model` header that picks one.
+    cors = Cors(app, origins, headers=["content-type", "authorization", "x-model"])
+    return DrainUnread(cors)

@@ -1,0 +1,81 @@
+"""CORS as TEI's tower-http `CorsLayer` answers it, outside every route and the API key.
+
+Every OPTIONS request is a preflight, answered here with 200 and no body: the allowed methods
+and headers, and the origin where it is allowed (tower-http checks neither the method nor the
+headers asked for; the browser does). Every other answer gets the origin header where the
+origin is allowed and `vary` on the three request headers CORS reads. Any origin allowed means
+`access-control-allow-origin: *` on every answer, as TEI's default; a list means the request's
+own origin where it is in the list, and nothing otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from litestar.enums import ScopeType
+
+if TYPE_CHECKING:
+    from litestar.types import (
+        ASGIApp,
+        HTTPResponseBodyEvent,
+        HTTPResponseStartEvent,
+        Message,
+        Receive,
+        Scope,
+        Send,
+    )
+
+METHODS = b"GET,POST"
+VARY = b"origin, access-control-request-method, access-control-request-headers"
+ALLOW_ORIGIN = b"access-control-allow-origin"
+
+
+class Cors:
+    """ASGI wrapper answering preflights and labelling answers (see the module doc).
+    `origins`: the allowed origins, `*` among them meaning any; `headers`: the request
+    headers a browser app may send."""
+
+    def __init__(self, app: ASGIApp, origins: Sequence[str], headers: Sequence[str]) -> None:
+        self.app = app
+        self.any_origin = "*" in origins
+        self.origins = frozenset(o.encode("latin-1") for o in origins)
+        self.allow_headers = ",".join(headers).encode("latin-1")
+
+    def allowed_origin(self, origin: bytes | None) -> bytes | None:
+        """The `access-control-allow-origin` value for a request's `origin`, if any."""
+        if self.any_origin:
+            return b"*"
+        return origin if origin is not None and origin in self.origins else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await self.app(scope, receive, send)
+            return
+        origin = next((v for k, v in scope["headers"] if k.lower() == b"origin"), None)
+        allowed = self.allowed_origin(origin)
+        labels = [(b"vary", VARY)] + ([(ALLOW_ORIGIN, allowed)] if allowed else [])
+        if scope["method"] == "OPTIONS":
+            headers: list[tuple[bytes, bytes]] = [
+                *labels,
+                (b"access-control-allow-methods", METHODS),
+                (b"access-control-allow-headers", self.allow_headers),
+                (b"content-length", b"0"),
+            ]
+            start: HTTPResponseStartEvent = {
+                "type": "http.response.start", "status": 200, "headers": headers,
+            }  # fmt: skip
+            body: HTTPResponseBodyEvent = {
+                "type": "http.response.body", "body": b"", "more_body": False,
+            }  # fmt: skip
+            await send(start)
+            await send(body)
+            return
+
+        async def labelling_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                own = [(k, v) for k, v in message.get("headers", []) if k.lower() != ALLOW_ORIGIN]
+                message = {**message, "headers": [*own, *labels]}
+            await send(message)
+
+        await self.app(scope, receive, labelling_send)
