@@ -88,3 +88,19 @@ def test_an_http10_connection_without_keep_alive_is_closed(
         assert head.startswith(b"HTTP/1.1 200")
         assert b"keep-alive" not in head.lower()
         assert _closed(sock)
+
+
+def test_an_http10_answer_that_must_close_says_so_once(serve: Callable[..., Running]) -> None:
+    """An HTTP/1.0 keep-alive request whose body is not read (it waits for `100 Continue`,
+    over the limit) is answered `connection: close` alone, and closed."""
+    r = serve(Task.EMBED, payload_limit=1000)
+    url = urlsplit(r.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(b"POST /embed HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Connection: keep-alive\r\nExpect: 100-continue\r\n"
+                     b"Content-Length: 10000000\r\n\r\n")  # fmt: skip
+        head = _answer(sock).lower()
+        assert head.startswith(b"http/1.1 413")
+        assert [line for line in head.split(b"\r\n") if line.startswith(b"connection:")] == [
+            b"connection: close"]
+        assert _closed(sock)

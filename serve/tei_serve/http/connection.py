@@ -58,7 +58,8 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
             # Runs before uvicorn writes the status line: the answer's own headers decide.
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
-                if has_length(headers):
+                # An answer that names its connection (`close` after an unread body) keeps it.
+                if has_length(headers) and not any(k.lower() == b"connection" for k, _ in headers):
                     cycle.keep_alive = True
                     message = {**message, "headers": [*headers, _KEEP_ALIVE]}
             await send(message)
