@@ -10,7 +10,15 @@ from pathlib import Path
 import msgspec
 import onnx
 
-from tei_export import external, fuse, hub_layouts, precision, tokenizer_json, validate
+from tei_export import (
+    external,
+    fuse,
+    hub_layouts,
+    partial,
+    precision,
+    tokenizer_json,
+    validate,
+)
 from tei_export.checkpoint import Checkpoint, read_checkpoint
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan, make_plan
@@ -168,6 +176,8 @@ def export_model(
                     "no tokenizer.json in the checkpoint: converted its tokenizer files with "
                     "transformers' fast tokenizer"
                 )
+            if (source.path / tokenizer_json.TOKENIZER_JSON).is_file():
+                tokenizer_json.check_loads(source.path)
             return _export(
                 source, output_dir, progress, task=task, pooling=pooling,
                 precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
@@ -195,12 +205,14 @@ def _note_adapters(progress: Progress, checkpoint: Path, adapter: str | None) ->
 
 
 def _silence_library_progress() -> None:
-    """--quiet also covers the bars transformers 5 ("Loading weights") and the hub draw."""
+    """--quiet also covers the bars transformers 5 ("Loading weights") and the hub draw, and
+    transformers' warnings (its multi-line weight "LOAD REPORT")."""
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
     from transformers.utils import logging as transformers_logging
 
     disable_progress_bars()
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    transformers_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 
 
 def _export(
@@ -253,18 +265,20 @@ def _export(
     if plan.card.fusion.attention_unfused_reason:
         progress.note(f"attention stays unfused: {plan.card.fusion.attention_unfused_reason}")
 
-    work = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.partial-"))
-    try:
-        manifest = _build(
-            plan, source, checkpoint, work, progress, trust_remote_code, external_data
-        )
-        publish_tree(work)  # mkdtemp made it 0700: readable by the serving user too
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        work.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    for stale in partial.remove_stale(output_dir):
+        progress.note(f"removed {stale.name}, left by an export that was killed")
+    with partial.building(output_dir) as work:
+        try:
+            manifest = _build(
+                plan, source, checkpoint, work, progress, trust_remote_code, external_data
+            )
+            publish_tree(work)  # mkdtemp made it 0700: readable by the serving user too
+            if output_dir.exists():
+                shutil.rmtree(output_dir)
+            work.rename(output_dir)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
     progress.summary(manifest, output_dir)
     return output_dir
 

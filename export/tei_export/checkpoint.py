@@ -77,6 +77,40 @@ def _optional_json(path: Path) -> Any:
     return _read_json(path) if path.is_file() else None
 
 
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    return "a string" if isinstance(value, str) else "a value"
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    value = _read_json(path)
+    if not isinstance(value, dict):
+        raise ExportError(f"{path}: expected a JSON object, found {_json_kind(value)}")
+    return value
+
+
+def _optional_object(path: Path) -> dict[str, Any]:
+    return _read_object(path) if path.is_file() else {}
+
+
+def _modules(path: Path) -> list[dict[str, Any]]:
+    """modules.json: sentence-transformers' list of modules, each an object."""
+    file = path / "modules.json"
+    modules = _optional_json(file)
+    if modules is None:
+        return []
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ExportError(f"{file}: expected a list of modules (JSON objects)")
+    return modules
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ExportError(f"{where}: expected an object of names to strings")
+    return {str(k): v for k, v in value.items()}
+
+
 class _PoolingConfig(msgspec.Struct, frozen=True):
     mode: Pooling | None
     unsupported: str | None
@@ -116,7 +150,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
             f"{path}: no tokenizer.json; tei-onnx needs a fast tokenizer (save one with "
             f"AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained(...))"
         )
-    config = _read_json(config_path)
+    config = _read_object(config_path)
     model_type = str(config.get("model_type", ""))
     architectures = config.get("architectures") or []
     architecture = str(architectures[0]) if architectures else "unknown"
@@ -125,7 +159,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
     normalize = False
     dense_dirs: list[Path] = []
     ignored: list[str] = []
-    modules = _optional_json(path / "modules.json") or []
+    modules = _modules(path)
     for module in modules:
         kind = str(module.get("type", ""))
         folder = path / str(module.get("path", ""))
@@ -141,13 +175,17 @@ def read_checkpoint(path: Path) -> Checkpoint:
     if not modules and (path / "1_Pooling").is_dir():
         pooling = _pooling(path / "1_Pooling")
 
-    sbert = _optional_json(path / "sentence_bert_config.json") or {}
-    st_config = _optional_json(path / "config_sentence_transformers.json") or {}
-    tok_config = _optional_json(path / "tokenizer_config.json") or {}
-    id2label = config.get("id2label") or {}
+    sbert = _optional_object(path / "sentence_bert_config.json")
+    st_path = path / "config_sentence_transformers.json"
+    st_config = _optional_object(st_path)
+    prompts = _string_map(st_config.get("prompts") or {}, f"{st_path}: `prompts`")
+    tok_config = _optional_object(path / "tokenizer_config.json")
+    id2label = _string_map(config.get("id2label") or {}, f"{config_path}: `id2label`")
     if not id2label and isinstance(config.get("num_labels"), int):
         # transformers' default names for a config that gives only a count.
-        id2label = {i: f"LABEL_{i}" for i in range(config["num_labels"])}
+        id2label = {str(i): f"LABEL_{i}" for i in range(config["num_labels"])}
+    if not all(k.lstrip("-").isdigit() for k in id2label):
+        raise ExportError(f"{config_path}: `id2label` keys must be class numbers")
     return Checkpoint(
         path=path,
         config=config,
@@ -160,7 +198,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         normalize=normalize,
         dense_dirs=dense_dirs,
         max_seq_length=_max_seq_length(sbert, tok_config),
-        prompts={str(k): str(v) for k, v in (st_config.get("prompts") or {}).items()},
+        prompts=prompts,
         default_prompt_name=st_config.get("default_prompt_name"),
         tokenizer_files=[name for name in TOKENIZER_FILES if (path / name).is_file()],
         padding_side=tok_config.get("padding_side"),

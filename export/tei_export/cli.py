@@ -18,10 +18,16 @@ from tei_runtime.manifest import Pooling, Precision, Task
 
 
 def _precisions(value: str) -> list[Precision]:
+    names = [v.strip() for v in value.split(",")]
     try:
-        return [Precision(v.strip()) for v in value.split(",") if v.strip()]
+        precisions = [Precision(v) for v in names]
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{value!r}: choose from fp32, fp16, int8") from e
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: a comma-separated list of fp32, fp16, int8"
+        ) from e
+    if len(set(precisions)) < len(precisions):
+        raise argparse.ArgumentTypeError(f"{value!r}: a precision is named twice")
+    return precisions
 
 
 # The opsets the exporters, onnxruntime's fusions and its quantizer all handle.
@@ -126,7 +132,8 @@ def parser() -> argparse.ArgumentParser:
         help="replace OUTPUT_DIR if it is an earlier artifact (has manifest.json) or an empty "
         "folder; anything else is refused",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress display, and no warnings from transformers")
     return p
 
 
@@ -142,7 +149,11 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from tei_export.api import export_model
+    try:  # torch, transformers and onnx take seconds to import: Ctrl-C may land here
+        from tei_export.api import export_model
+    except KeyboardInterrupt:
+        print("tei-export: interrupted; nothing was written", file=sys.stderr)
+        return 130
 
     # Python's default for SIGTERM ends the process at once, leaving the partial folder.
     # Only the main thread may set a handler (an in-process caller on another keeps its own).

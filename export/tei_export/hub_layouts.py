@@ -612,6 +612,8 @@ def stage_native(path: Path, parent: Path, *, adapter: str | None = None) -> Pat
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None  # read_checkpoint reports a missing or broken config.json
+    if not isinstance(config, dict):
+        return None  # and one that is not an object
     layout = detect(config)
     if layout is None:
         if adapter is not None:

@@ -144,6 +144,9 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
             )
     except Exception as e:  # safetensors, pickle and config errors have no common base
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "ignore_mismatched_sizes" in reason:  # "... look at the above report!"
+            reason = "a weight's shape does not match config.json (transformers' load report "
+            reason += "names it; --quiet hides that report)"
         raise ExportError(f"{path}: cannot load the weights: {reason}") from e
     _restore_init_buffers(model)
     model.eval()

@@ -25,6 +25,19 @@ TOKENIZER_JSON = "tokenizer.json"
 _VOCABULARY_FILES = ("vocab.*", "merges.txt", "*.model", "*.tiktoken", "bpe.codes")
 
 
+def check_loads(path: Path) -> None:
+    """The checkpoint's tokenizer.json loads in the `tokenizers` library, as the runtime will
+    load it: a broken one fails the export, not the first start of the artifact (the parity
+    check tokenizes with transformers, which may read other files)."""
+    import tokenizers
+
+    file = path / TOKENIZER_JSON
+    try:
+        tokenizers.Tokenizer.from_file(str(file))
+    except Exception as e:  # tokenizers raises bare Exception
+        raise ExportError(f"{file}: the tokenizers library cannot load it ({e})") from e
+
+
 def needs_conversion(path: Path) -> bool:
     return (path / "config.json").is_file() and not (path / TOKENIZER_JSON).is_file()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import msgspec
@@ -148,6 +149,32 @@ def _st_files(pooling_key: str, *, dense: bool = False) -> dict[str, object]:
     )
     files["modules.json"] = modules
     return files
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("config.json", [], "config.json: expected a JSON object, found a list"),
+    ("modules.json", {"not": "a list"}, "modules.json: expected a list of modules"),
+    ("modules.json", ["Pooling"], "modules.json: expected a list of modules"),
+    ("config_sentence_transformers.json", {"prompts": ["query: "]},
+     "`prompts`: expected an object of names to strings"),
+    ("sentence_bert_config.json", "256", "expected a JSON object, found a string"),
+    ("tokenizer_config.json", [1], "expected a JSON object, found a list"),
+])  # fmt: skip
+def test_malformed_files_are_named_errors(
+    tmp_path: Path, name: str, content: object, says: str
+) -> None:
+    folder = _folder(tmp_path / "m", BERT)
+    (folder / name).write_text(json.dumps(content))
+    with pytest.raises(ExportError, match=re.escape(says)):
+        read_checkpoint(folder)
+
+
+def test_labels_must_map_class_numbers_to_names(tmp_path: Path) -> None:
+    for id2label in ({"zero": "a"}, {"0": 1}, ["a", "b"]):
+        folder = _folder(tmp_path / str(len(list(tmp_path.iterdir()))),
+                         {**BERT, "id2label": id2label})  # fmt: skip
+        with pytest.raises(ExportError, match="id2label"):
+            read_checkpoint(folder)
 
 
 def test_reads_sentence_transformers_files(tmp_path: Path) -> None:

@@ -36,11 +36,19 @@ def test_variants_parse_and_default_to_all_three() -> None:
     ]
 
 
-def test_unknown_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("variants", "says"), [
+    ("fp8", "a comma-separated list of fp32, fp16, int8"),
+    ("", "a comma-separated list of fp32, fp16, int8"),  # not "all three" by accident
+    ("fp32,", "a comma-separated list of fp32, fp16, int8"),
+    ("fp32,int8,fp32", "a precision is named twice"),
+])  # fmt: skip
+def test_a_variant_list_that_is_not_one_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], variants: str, says: str
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        parser().parse_args(["m", "out", "--variants", "fp8"])
+        parser().parse_args(["m", "out", "--variants", variants])
     assert exit_info.value.code == 2
-    assert "choose from fp32, fp16, int8" in capsys.readouterr().err
+    assert says in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("opset", ["99", "0", "13", "x"])
@@ -89,3 +97,45 @@ def test_uncached_hub_id_offline_fails_with_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not in the hub cache" in err[0]
     assert "no such local folder" in err[0]  # a mistyped relative path reads as a hub id
+
+
+def test_a_broken_tokenizer_json_fails_the_export_not_the_artifact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runtime loads tokenizer.json with the tokenizers library alone; one it cannot
+    load is refused at export, before anything is written."""
+    checkpoint = tmp_path / "m"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"model_type": "bert"}')
+    (checkpoint / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Word')
+    assert main([str(checkpoint), str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tokenizer.json: the tokenizers library cannot load it" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("config.json", "[]", "config.json: expected a JSON object, found a list"),
+    ("modules.json", '{"not": "a list"}', "modules.json: expected a list of modules"),
+])  # fmt: skip
+def test_a_malformed_checkpoint_file_fails_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: str, says: str
+) -> None:
+    checkpoint = tmp_path / "m"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"model_type": "bert"}')
+    (checkpoint / "tokenizer.json").write_text(_TINY_TOKENIZER)
+    (checkpoint / name).write_text(content)
+    assert main([str(checkpoint), str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+# A word-level tokenizer the tokenizers library loads: two words and [UNK].
+_TINY_TOKENIZER = (
+    '{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], '
+    '"normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, '
+    '"decoder": null, "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1, "b": 2}, '
+    '"unk_token": "[UNK]"}}'
+)
