@@ -47,6 +47,8 @@ def resolve(
         return ResolvedSource(
             path=local.resolve(), model_id=str(local.resolve()), revision=revision, commit_sha=None
         )
+    if local.exists():
+        raise ExportError(f"{model}: a file, not a model folder (give the folder holding it)")
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise ExportError(f"{model}: no such folder")
 

@@ -82,6 +82,10 @@ def test_missing_local_folder_fails_with_one_line(
     assert len(err) == 1
     assert err[0].startswith("tei-export: error:") and str(missing) in err[0]
     assert not (tmp_path / "out").exists()
+    a_file = tmp_path / "config.json"
+    a_file.write_text("{}")
+    assert main([str(a_file), str(tmp_path / "out")]) == 1
+    assert "a file, not a model folder" in capsys.readouterr().err
 
 
 def test_uncached_hub_id_offline_fails_with_one_line(
