@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import logging.handlers
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
 import uvicorn
@@ -51,7 +53,10 @@ log = logging.getLogger("tei_serve")
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "timestamp": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            # RFC 3339 in UTC with microseconds, as TEI's tracing JSON layer writes it
+            "timestamp": datetime.fromtimestamp(record.created, UTC).strftime(
+                "%Y-%m-%dT%H:%M:%S.%fZ"
+            ),
             "level": record.levelname,
             "target": record.name,
             "message": record.getMessage(),
@@ -313,12 +318,22 @@ def _after_shutdown(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # What reading the settings logs (an invalid HOSTNAME, as Docker sets it) waits for the
+    # log format the settings choose, so JSON_OUTPUT's lines are all JSON.
+    early = logging.handlers.BufferingHandler(capacity=1000)
+    logging.getLogger().addHandler(early)
     try:
         settings = load_settings(argv)
     except SettingsError as e:
+        for record in early.buffer:
+            print(f"tei-serve: {record.getMessage()}", file=sys.stderr)
         print(f"tei-serve: {e}", file=sys.stderr)
         return 2
+    finally:
+        logging.getLogger().removeHandler(early)
     configure_logging(settings)
+    for record in early.buffer:
+        logging.getLogger(record.name).handle(record)
     log.info("args: %r", settings)
     # Before any thread starts: threads inherit the capability (see low_ports).
     if not prepare_bind(settings.port):

@@ -104,7 +104,10 @@ class BatchSizeError(ValidationError):
 
 
 class BodyError(ValidationError):
-    """The body is not JSON, not the right shape, too large, or not sent as JSON."""
+    """The body is not JSON, not the right shape, too large, or not sent as JSON. Not counted
+    in `te_request_failure`: TEI's extractors refuse these before its handlers count."""
+
+    metric: ClassVar[str | None] = None
 
 
 class TokenizerError(TeiError):

@@ -6,6 +6,7 @@ A refused bundle must name the file that is wrong: the operator has to know what
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import tarfile
@@ -168,7 +169,8 @@ def test_resolve_never_reuses_an_unpack_for_a_tampered_bundle(
 
 
 def test_read_only_cache_falls_back_to_a_temporary_folder(
-    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
     blocker = tmp_path / "file-not-folder"
@@ -178,9 +180,38 @@ def test_read_only_cache_falls_back_to_a_temporary_folder(
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
-    folder, _ = resolve(str(tar), cache_dir=str(blocker))
+    with caplog.at_level(logging.WARNING):
+        folder, _ = resolve(str(tar), cache_dir=str(blocker))
     assert folder.parent.parent == tmp_path / "tmp"
     bundle.verify_folder(folder)
+    assert "is not writable" in caplog.text and str(folder.parent) in caplog.text
+
+
+def test_a_concurrent_unpack_that_finishes_first_is_used(
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers start on one bundle and one cache: the one whose rename comes second
+    finds the other's folder in place (ENOTEMPTY) and serves from it."""
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    cache = tmp_path / "cache"
+    check = bundle._check
+    other: list[Path] = []
+    raced = False
+
+    def check_while_another_server_finishes(source: Path, tmp: Path) -> object:
+        nonlocal raced
+        listing = check(source, tmp)
+        if not raced:  # the other server's whole unpack lands while ours verifies
+            raced = True
+            target = tmp.parent / tmp.name[1:].rsplit(".", 1)[0]  # ".<target>.<random>"
+            other.append(bundle.unpack(source, target))
+        return listing
+
+    monkeypatch.setattr(bundle, "_check", check_while_another_server_finishes)
+    folder = bundle.unpack_cached(tar, cache)
+    assert other == [folder]
+    bundle.verify_folder(folder)
+    assert [p.name for p in cache.iterdir()] == [folder.name]  # our copy went
 
 
 def test_cli(toy_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -226,6 +226,24 @@ def test_cors(serve: Callable[..., Running], origins: tuple[str, ...] | None) ->
         assert bare.headers["access-control-allow-origin"] == "*"
 
 
+def test_bodies_refused_before_any_handler_are_not_counted(serve: Callable[..., Running]) -> None:
+    """TEI's extractors refuse a body that is not JSON, not the route's shape, too large or not
+    sent as JSON before a handler runs, so `te_request_failure` does not move; nor does an
+    unknown name on GET /v1/models/{name}."""
+    c = serve(Task.EMBED, payload_limit=100).client
+    refused = [
+        c.post("/embed", content=b"{nope", headers={"content-type": "application/json"}),
+        c.post("/embed", json={"inputs": 5}),
+        c.post("/embed", content=b'{"inputs": "a"}', headers={"content-type": "text/plain"}),
+        c.post("/embed", json={"inputs": "a" * 200}),
+        c.get("/v1/models/nope"),
+    ]
+    assert [r.status_code for r in refused] == [400, 422, 415, 413, 404]
+    assert "te_request_failure{" not in c.get("/metrics").text
+    assert c.post("/embed", json={"inputs": ""}).status_code == 400  # a handler's refusal
+    assert 'te_request_failure{err="tokenization"} 1' in c.get("/metrics").text
+
+
 def test_unknown_route_is_a_bare_404(embed_server: Running) -> None:
     """TEI's axum router answers a path it lacks with the status alone."""
     for r in (embed_server.client.get("/nope"), embed_server.client.post("/v1/nope", json={})):

@@ -273,6 +273,17 @@ def test_vertex_answers_each_instance_as_its_own_request(
     assert sparse["predictions"] == [s.post("/embed_sparse", json={"inputs": "a cat"}).json()]
 
 
+def test_a_model_named_by_an_absolute_path_is_retrieved(serve: Callable[..., Running]) -> None:
+    """`--model-id /data/model` names the model by its path; OpenAI's models.retrieve asks
+    for `/v1/models//data/model`, whose doubled slash the router folds."""
+    c = serve(Task.EMBED, served_model_names=("/data/model",)).client
+    (listed,) = c.get("/v1/models").json()["data"]
+    assert listed["id"] == "/data/model"
+    assert c.get("/v1/models//data/model").json() == listed
+    assert c.get("/v1/models/data/model").json() == listed
+    assert c.get("/v1/models//data/other").status_code == 404
+
+
 def test_health_info_metrics_docs(embed_server: Running) -> None:
     c = embed_server.client
     for path in ("/health", "/ping", "/"):

@@ -18,10 +18,12 @@ The command line (`tei-bundle`) is `tei_bundle.cli`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
 import io
+import logging
 import os
 import shutil
 import tarfile
@@ -37,6 +39,8 @@ from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import ManifestError
 from tei_runtime.manifest import MANIFEST_NAME
 from tei_runtime.permissions import publish_file, publish_tree
+
+log = logging.getLogger(__name__)
 
 BUNDLE_MANIFEST = "tei-bundle.json"
 BUNDLE_FORMAT = 1
@@ -363,20 +367,27 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
         with tempfile.TemporaryFile(dir=cache_root):  # writable? a read-only /data is not
             pass
         base = cache_root
-    except OSError:
+    except OSError as e:
         base = Path(tempfile.mkdtemp(prefix="tei-bundle-"))
+        # One copy per process, gone when it exits (a restart unpacks again).
+        atexit.register(shutil.rmtree, base, ignore_errors=True)
+        log.warning("%s is not writable (%s); unpacking %s into %s for this process only",
+                    cache_root, e.strerror or e, bundle.name, base)  # fmt: skip
     target = base / f"{stem}-{digest}"
     if (target / BUNDLE_MANIFEST).is_file():
         verify_folder(target)
         return target
     try:
         return unpack(bundle, target)
-    except BundleError:
-        # Another server may have finished the same unpack between our check and rename.
+    except (BundleError, OSError) as e:
+        # Another server may have finished the same unpack between our check and rename
+        # (its rename wins; ours then finds the folder there: ENOTEMPTY).
         if (target / BUNDLE_MANIFEST).is_file():
             verify_folder(target)
             return target
-        raise
+        if isinstance(e, BundleError):
+            raise
+        raise BundleError(f"{bundle}: cannot unpack into {target}: {e}") from e
 
 
 def is_bundle_file(path: Path) -> bool:

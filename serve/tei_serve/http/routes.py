@@ -424,11 +424,16 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
 
     @route("/v1/models/{model_id:path}", http_method=GET_HEAD, guards=guards)
     async def retrieve_model(model_id: FromPath[str]) -> Response[bytes]:
-        name = model_id.removeprefix("/")  # Litestar keeps the separator in a path parameter
-        if name not in openai_models:
-            raise UnknownModelError(f"The model `{name}` does not exist; served models: "
-                                    f"{', '.join(openai_models)}")  # fmt: skip
-        return respond(ENCODER.encode(openai_models[name]))
+        # Litestar keeps the separator in a path parameter, and folds the `//` of an id that
+        # is an absolute path (`--model-id /data/model`): the id is either.
+        name = model_id.removeprefix("/")
+        for candidate in (name, "/" + name):
+            if candidate in openai_models:
+                return respond(ENCODER.encode(openai_models[candidate]))
+        err = UnknownModelError(f"The model `{name}` does not exist; served models: "
+                                f"{', '.join(openai_models)}")  # fmt: skip
+        err.failure_label = None  # a lookup, not a request TEI would count
+        raise err
 
     @route(["/health", "/ping"], http_method=GET_HEAD)
     async def health() -> Response[bytes]:
