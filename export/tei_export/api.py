@@ -14,7 +14,6 @@ from tei_export import (
     external,
     fuse,
     hub_layouts,
-    partial,
     precision,
     tokenizer_json,
     validate,
@@ -42,6 +41,10 @@ from tei_runtime.manifest import (
     encode_manifest,
 )
 from tei_runtime.permissions import publish_tree
+from tei_runtime.staging import remove_abandoned, staging_folder
+
+# The artifact is built in `.<output name>.partial-<random>` beside the output.
+PARTIAL_TAG = "partial-"
 
 
 class _Graph(msgspec.Struct, frozen=True, kw_only=True):
@@ -265,9 +268,10 @@ def _export(
     if plan.card.fusion.attention_unfused_reason:
         progress.note(f"attention stays unfused: {plan.card.fusion.attention_unfused_reason}")
 
-    for stale in partial.remove_stale(output_dir):
+    # What an export killed outright (SIGKILL, the OOM killer) left beside this output.
+    for stale in remove_abandoned(output_dir, PARTIAL_TAG):
         progress.note(f"removed {stale.name}, left by an export that was killed")
-    with partial.building(output_dir) as work:
+    with staging_folder(output_dir, PARTIAL_TAG) as work:
         try:
             manifest = _build(
                 plan, source, checkpoint, work, progress, trust_remote_code, external_data

@@ -19,8 +19,6 @@ The command line (`tei-bundle`) is `tei_bundle.cli`.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import fcntl
 import hashlib
 import io
 import logging
@@ -28,7 +26,6 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -39,6 +36,7 @@ from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import ManifestError
 from tei_runtime.manifest import MANIFEST_NAME
 from tei_runtime.permissions import publish_file, publish_tree
+from tei_runtime.staging import remove_abandoned, staging_folder
 
 log = logging.getLogger(__name__)
 
@@ -271,60 +269,6 @@ def verify_folder(root: Path) -> None:
             )
 
 
-@contextlib.contextmanager
-def _flocked(path: Path, operation: int) -> Iterator[None]:
-    """flock on a folder (its own descriptor): released on exit and when the process dies."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, operation)
-        yield
-    finally:
-        os.close(fd)  # closing the only descriptor releases the lock
-
-
-def _temporary_prefix(target: Path) -> str:
-    return f".{target.name}."
-
-
-@contextlib.contextmanager
-def _unpack_folder(target: Path) -> Iterator[Path]:
-    """A new temporary folder beside `target`, flocked by this process while it is in use.
-
-    Creating and locking it happen under a shared lock on the parent folder, which
-    `remove_abandoned` takes exclusively: it never sees a folder that is made but not yet
-    locked."""
-    with _flocked(target.parent, fcntl.LOCK_SH):
-        tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), dir=target.parent))
-        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield tmp
-    finally:
-        os.close(fd)
-
-
-def remove_abandoned(target: Path) -> list[Path]:
-    """Remove the temporary folders of unpacks into `target` whose process is gone (a crash,
-    SIGKILL, power loss); returns them. An unpack still running holds its folder's lock and
-    is left alone."""
-    removed: list[Path] = []
-    if not target.parent.is_dir():
-        return removed
-    with _flocked(target.parent, fcntl.LOCK_EX):
-        for tmp in sorted(target.parent.glob(_temporary_prefix(target) + "*")):
-            if tmp.is_symlink() or not tmp.is_dir():
-                continue
-            try:
-                with _flocked(tmp, fcntl.LOCK_EX | fcntl.LOCK_NB):
-                    shutil.rmtree(tmp)
-            except BlockingIOError:
-                continue  # held: an unpack in progress
-            except FileNotFoundError:
-                continue  # its own unpack finished (renamed it) or failed meanwhile
-            removed.append(tmp)
-    return removed
-
-
 def unpack(bundle: str | Path, dest: str | Path) -> Path:
     """Verified unpack into `dest` (which must not exist yet); returns `dest`."""
     source, target = Path(bundle), Path(dest)
@@ -332,7 +276,7 @@ def unpack(bundle: str | Path, dest: str | Path) -> Path:
         raise BundleError(f"{target}: already exists; unpack into a new folder")
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned(target)
-    with _unpack_folder(target) as tmp:
+    with staging_folder(target) as tmp:
         _unpack_into(source, target, tmp)
     return target
 
