@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 METHODS = b"GET,POST"
 VARY = b"origin, access-control-request-method, access-control-request-headers"
-ALLOW_ORIGIN = b"access-control-allow-origin"
 
 
 class Cors:
@@ -54,7 +53,9 @@ class Cors:
             return
         origin = next((v for k, v in scope["headers"] if k.lower() == b"origin"), None)
         allowed = self.allowed_origin(origin)
-        labels = [(b"vary", VARY)] + ([(ALLOW_ORIGIN, allowed)] if allowed else [])
+        labels = [(b"vary", VARY)]
+        if allowed is not None:
+            labels.append((b"access-control-allow-origin", allowed))
         if scope["method"] == "OPTIONS":
             headers: list[tuple[bytes, bytes]] = [
                 *labels,
@@ -73,9 +74,8 @@ class Cors:
             return
 
         async def labelling_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                own = [(k, v) for k, v in message.get("headers", []) if k.lower() != ALLOW_ORIGIN]
-                message = {**message, "headers": [*own, *labels]}
+            if message["type"] == "http.response.start":  # no route sets CORS headers itself
+                message = {**message, "headers": [*message.get("headers", []), *labels]}
             await send(message)
 
         await self.app(scope, receive, labelling_send)
