@@ -150,10 +150,8 @@ def split(model: Any, texts: list[str], repeats: int) -> Split:
 
 def profile_ops(model: Any, texts: list[str], repeats: int, work: Path) -> list[OpShare]:
     """The runtime's pieces of `texts` through a profiling session on the same graph."""
-    import onnxruntime as ort
-
     from tei_runtime.packing import length_sorted_groups
-    from tei_runtime.session import session_options
+    from tei_runtime.session import inference_session, session_options
 
     encodings = model.encode(texts, truncate=True)
     groups = length_sorted_groups([len(e) for e in encodings], model.packing)
@@ -161,11 +159,7 @@ def profile_ops(model: Any, texts: list[str], repeats: int, work: Path) -> list[
     options = session_options(model.choice)
     options.enable_profiling = True
     options.profile_file_prefix = str(work / "ort-profile")
-    session = ort.InferenceSession(
-        str(model.artifact_dir / model.variant.file),
-        sess_options=options,
-        providers=model.choice.providers,
-    )
+    session = inference_session(model.artifact_dir / model.variant.file, model.choice, options)
     outputs = [session.get_outputs()[0].name]
     for feed in feeds:  # warm-up
         session.run(outputs, feed)

@@ -70,18 +70,16 @@ def _graph_file(m: Model, rows: int, folder: Path) -> Path:
 
 
 def measure(m: Model, rows: int, threads: int) -> Floor:
-    import onnxruntime as ort
-
     from tei_runtime.manifest import Precision
     from tei_runtime.providers import Device, ProviderChoice
-    from tei_runtime.session import session_options
+    from tei_runtime.session import inference_session
 
     cpu = "CPUExecutionProvider"
     choice = ProviderChoice(provider=cpu, device=Device.CPU, precision=Precision.FP32,
                             providers=[(cpu, {})], intra_op_threads=threads)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="tei-bench-floor-") as tmp:
         path = _graph_file(m, rows, Path(tmp))
-        sess = ort.InferenceSession(str(path), session_options(choice), providers=[cpu])
+        sess = inference_session(path, choice)
     rng = np.random.default_rng(1)
     # Inputs and outputs bound once: a real forward returns one small tensor, so copying every
     # product out to numpy per run (22 MB for Qwen3-0.6B) would be time no graph spends.

@@ -69,8 +69,14 @@ def fuse(plan: ExportPlan, src: Path, dst: Path, *, external_data: bool) -> dict
     if optimizer == "none":
         external.save(onnx.load(str(src)), dst, external=external_data)
     else:
+        from onnxruntime.transformers.fusion_options import FusionOptions
         from onnxruntime.transformers.optimizer import optimize_model
 
+        options = FusionOptions(optimizer)
+        # Residual Add + LayerNormalization stay two ops: SkipLayerNormalization's CPU kernel
+        # is several times slower than the pair (tei_runtime.session), and GPU providers
+        # fuse the pair themselves when they load the graph.
+        options.enable_skip_layer_norm = False
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # opt_level 0: only the Python fusions, so the saved graph carries no
@@ -81,6 +87,7 @@ def fuse(plan: ExportPlan, src: Path, dst: Path, *, external_data: bool) -> dict
                 num_heads=plan.num_attention_heads,
                 hidden_size=plan.encoder_hidden_size,
                 opt_level=0,
+                optimization_options=options,
             )
         # Adds the com.microsoft opset import the fused ops need; `<dst>.data` as external.save.
         model.save_model_to_file(str(dst), use_external_data_format=external_data)

@@ -60,15 +60,37 @@ def session_options(choice: ProviderChoice) -> ort.SessionOptions:
     return opts
 
 
+CPU_PROVIDER = "CPUExecutionProvider"
+# onnxruntime's load-time rewrite of Add + LayerNormalization into SkipLayerNormalization (and
+# its RMSNorm form). On the CPU provider that contrib kernel is a scalar per-element loop while
+# LayerNormalization is vectorized: 3.4-5x slower at 2048 rows of 384-1024 (all-MiniLM-L6-v2's
+# fused fp32 graph 1.06-1.10x faster at batch 32 without it; README, Benchmarks), so CPU
+# sessions skip it. GPU providers keep it: their fused kernel is the fast one there.
+CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
+
+
+def disabled_optimizers(choice: ProviderChoice) -> list[str]:
+    return list(CPU_DISABLED_OPTIMIZERS) if choice.provider == CPU_PROVIDER else []
+
+
+def inference_session(
+    model_path: Path, choice: ProviderChoice, options: ort.SessionOptions | None = None
+) -> ort.InferenceSession:
+    """The session the runtime runs `model_path` in for `choice` (the bench's profiles and
+    floors open theirs here too, so they time the same graph)."""
+    return ort.InferenceSession(
+        str(model_path),
+        sess_options=options if options is not None else session_options(choice),
+        providers=choice.providers,
+        disabled_optimizers=disabled_optimizers(choice),
+    )
+
+
 class OrtBackend:
     def __init__(self, model_path: Path, choice: ProviderChoice) -> None:
         self.choice = choice
         try:
-            self._session = ort.InferenceSession(
-                str(model_path),
-                sess_options=session_options(choice),
-                providers=choice.providers,
-            )
+            self._session = inference_session(model_path, choice)
         except _ORT_ERRORS as e:
             raise BackendError(f"{model_path}: onnxruntime cannot load it ({e})") from e
         active = list(self._session.get_providers())

@@ -76,7 +76,7 @@ def test_remote_code_exports_with_the_flag(checkpoint: Path, tmp_path: Path) -> 
     for variant in manifest.variants:
         assert variant.validation.min_cosine >= MIN_COSINE[variant.precision], variant.file
         if variant.precision is not Precision.INT8:
-            assert variant.fused_ops.get("SkipLayerNormalization", 0) >= 4, variant.file
+            assert variant.fused_ops.get("LayerNormalization", 0) >= 4, variant.file
     reference = _reference(checkpoint)
     for precision, dtype in DTYPES.items():
         got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)

@@ -389,7 +389,7 @@ def test_unsupported_model_type_in_a_plan(tmp_path: Path) -> None:
 def test_fusion_check_counts_per_layer(tmp_path: Path) -> None:
     plan = make_plan(read_checkpoint(_folder(tmp_path / "m", BERT)))
     want = expected_counts(plan)
-    assert want == {"Attention": 6, "SkipLayerNormalization": 12, "EmbedLayerNormalization": 1}
+    assert want == {"Attention": 6, "LayerNormalization": 12, "EmbedLayerNormalization": 1}
     check_fusion(plan, {**want, "BiasGelu": 6})
     with pytest.raises(ExportError, match="Attention 5/6"):
         check_fusion(plan, {**want, "Attention": 5})
@@ -398,8 +398,8 @@ def test_fusion_check_counts_per_layer(tmp_path: Path) -> None:
 def test_fusion_check_refuses_a_graph_without_attention(tmp_path: Path) -> None:
     config = {**BERT, "model_type": "mpnet", "architectures": ["MPNetModel"]}
     plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
-    # mpnet's card declares its attention unfused, with a reason: SkipLayerNorm alone passes.
+    # mpnet's card declares its attention unfused, with a reason: its norms alone pass.
     check_fusion(plan, expected_counts(plan))
     bert_plan = make_plan(read_checkpoint(_folder(tmp_path / "b", BERT)))
     with pytest.raises(ExportError):
-        check_fusion(bert_plan, {"SkipLayerNormalization": 12, "EmbedLayerNormalization": 1})
+        check_fusion(bert_plan, {"LayerNormalization": 12, "EmbedLayerNormalization": 1})

@@ -3,6 +3,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from rt_artifacts import ArtifactFactory, Built
@@ -10,7 +11,12 @@ from rt_artifacts import ArtifactFactory, Built
 from tei_runtime import BackendError, TokenizerError, load
 from tei_runtime.manifest import Precision
 from tei_runtime.providers import Device, ProviderChoice
-from tei_runtime.session import OrtBackend, session_options
+from tei_runtime.session import (
+    OrtBackend,
+    disabled_optimizers,
+    inference_session,
+    session_options,
+)
 from tei_runtime.tokenization import Tokenizer
 
 
@@ -35,6 +41,55 @@ def test_session_options() -> None:
     assert opts.enable_mem_pattern is False
     assert opts.get_session_config_entry("session.dynamic_block_base") == "2"
     assert opts.optimized_model_filepath == ""  # never serialise an ENABLE_ALL graph
+
+
+def _residual_norm_graph(path: Path, hidden: int) -> None:
+    """x + skip -> LayerNormalization: what onnxruntime rewrites into SkipLayerNormalization."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape: list[int | str] = ["batch", "seq", hidden]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "skip"], ["sum"]),
+            helper.make_node("LayerNormalization", ["sum", "gamma", "beta"], ["y"], axis=-1),
+        ],
+        "residual_norm",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x", "skip")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [
+            numpy_helper.from_array(np.linspace(0.5, 1.5, hidden, dtype=np.float32), "gamma"),
+            numpy_helper.from_array(np.linspace(-0.1, 0.1, hidden, dtype=np.float32), "beta"),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def _loaded_ops(tmp_path: Path, choice: ProviderChoice, name: str) -> set[str]:
+    import onnx
+
+    src = tmp_path / "residual_norm.onnx"
+    if not src.exists():
+        _residual_norm_graph(src, 16)
+    options = session_options(choice)
+    options.optimized_model_filepath = str(tmp_path / f"{name}.onnx")
+    session = inference_session(src, choice, options)
+    x = np.random.default_rng(0).standard_normal((2, 3, 16)).astype(np.float32)
+    (y,) = session.run(["y"], {"x": x, "skip": x})
+    assert np.isfinite(y).all()
+    return {n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node}
+
+
+def test_cpu_sessions_keep_residual_add_and_layer_norm_apart(tmp_path: Path) -> None:
+    """SkipLayerNormalization's CPU kernel is the slow form; GPU providers keep the fusion."""
+    assert disabled_optimizers(_choice()) == ["SkipLayerNormFusion"]
+    cuda = _choice(provider="CUDAExecutionProvider", device=Device.CUDA)
+    assert disabled_optimizers(cuda) == []
+    assert "SkipLayerNormalization" not in _loaded_ops(tmp_path, _choice(), "cpu")
+    # The same load with the rewrite left on (as a GPU choice has it) does fuse the pair,
+    # so the check above can fail.
+    fused = ProviderChoice(**{**msgspec.structs.asdict(_choice()), "provider": "Other"})
+    assert "SkipLayerNormalization" in _loaded_ops(tmp_path, fused, "default")
 
 
 def test_a_provider_onnxruntime_dropped_is_an_error(embed_artifact: Built) -> None:
