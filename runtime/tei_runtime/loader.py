@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
+
 from tei_runtime.artifact import Artifact, open_artifact, verify_tokenizer, verify_variant
-from tei_runtime.errors import ProviderError
+from tei_runtime.errors import ManifestError, ProviderError
 from tei_runtime.host import Host, probe
-from tei_runtime.manifest import GraphForm, Manifest, Precision, Variant
+from tei_runtime.manifest import GraphForm, Manifest, Pooling, Precision, Task, Variant
 from tei_runtime.model import Model
 from tei_runtime.providers import (
     Device,
@@ -34,6 +36,38 @@ def default_shas(manifest: Manifest) -> dict[Precision, str]:
         if v.precision not in shas or not v.hosts:
             shas[v.precision] = v.sha256
     return shas
+
+
+def with_pooling(manifest: Manifest, pooling: str | None) -> Manifest:
+    """The manifest with its pooling replaced, as TEI's `--pooling` overrides a model's: only
+    where the graph hands out token embeddings (an embedding artifact that pools outside its
+    graph); anything else asks for a re-export, which ManifestError says how to do."""
+    if pooling is None:
+        return manifest
+    try:
+        wanted = Pooling(pooling.strip().lower().replace("_", "-"))
+    except ValueError:
+        names = ", ".join(p.value for p in Pooling)
+        raise ManifestError(f"unknown pooling {pooling!r}; use one of {names}") from None
+    if wanted is manifest.pooling:
+        return manifest
+    again = f"export the checkpoint again with `tei-export ... --pooling {wanted.value}`"
+    if manifest.task not in (Task.EMBED, Task.SPARSE) or manifest.pooling is None:
+        raise ManifestError(
+            f"pooling {wanted.value} does not apply to a `{manifest.task.value}` artifact"
+        )
+    if manifest.pooling_in_graph:
+        raise ManifestError(
+            f"this artifact pools ({manifest.pooling.value}) inside its graph (ahead of its "
+            f"Dense layers, or SPLADE's reduction), so pooling {wanted.value} cannot replace "
+            f"it at load time: {again}"
+        )
+    if Pooling.SPLADE in (wanted, manifest.pooling):
+        raise ManifestError(
+            f"SPLADE pools a masked-LM head's vocabulary logits and {manifest.pooling.value} "
+            f"pools hidden states: one graph cannot give both; {again}"
+        )
+    return msgspec.structs.replace(manifest, pooling=wanted)
 
 
 def graph_form(graph: str) -> GraphForm | None:
@@ -102,6 +136,7 @@ def load(
     host: Host | None = None,
     max_input_length: int | None = None,
     graph: str = "auto",
+    pooling: str | None = None,
 ) -> Model:
     """Load an artifact written by tei-export.
 
@@ -115,6 +150,8 @@ def load(
     --max-batch-tokens); inputs are truncated, or refused, at the lower length.
     `graph`: auto (the graph measured best on this CPU class, else the default), fused or
     plain (CPU provider only: GPU engine caches are keyed by the default graph).
+    `pooling`: cls|mean|last-token replaces an embedding artifact's pooling where its graph
+    outputs token embeddings (ManifestError where it pools inside the graph, or for SPLADE).
     """
     forced = graph_form(graph)  # an unknown name fails before anything is read
     if max_input_length is not None and max_input_length < 1:
@@ -130,7 +167,7 @@ def load(
         max_batch_tokens=max_batch_tokens,
         cache_dir=cache_dir,
     )
-    manifest = artifact.manifest
+    manifest = with_pooling(artifact.manifest, pooling)
     variant = pick_variant(manifest, choice, resolved, forced)
     length = manifest.max_input_length
     if max_input_length is not None:

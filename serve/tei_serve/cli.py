@@ -140,6 +140,8 @@ def load_model(
         cache_dir=None,
         # TEI cuts the model's length to the batch budget (check_limits allowed it).
         max_input_length=settings.max_batch_tokens,
+        # As TEI, --pooling overrides an embedder's pooling and means nothing to a head.
+        pooling=settings.pooling if manifest.task in (Task.EMBED, Task.SPARSE) else None,
     )
     return model, model_id
 

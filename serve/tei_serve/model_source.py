@@ -114,13 +114,11 @@ def resolve(
         source_path = Path(model_id)
         if is_bundle_file(source_path) or (source_path / MANIFEST_NAME).is_file():
             # Air-gapped hosts: a bundle never goes near the exporter or the hub.
-            ignored = [f"--{flag} {value}" for flag, value in (
-                ("pooling", options.pooling), ("dense-path", options.dense_path)) if value]
-            if ignored:
+            if options.dense_path:
                 log.warning(
-                    "%s does nothing for %s: an artifact carries the pooling and Dense layers "
-                    "it was exported with (tei-export's options of those names choose them)",
-                    " and ".join(ignored), model_id,
+                    "--dense-path %s does nothing for %s: an artifact carries the Dense layers "
+                    "it was exported with (tei-export's --dense-path chooses them)",
+                    options.dense_path, model_id,
                 )  # fmt: skip
             bundles = hub_cache(cache_dir) / "tei-onnx" / "bundles"
             return artifact_folder(source_path, bundles), model_id

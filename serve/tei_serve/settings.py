@@ -238,8 +238,10 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--served-model-name", str, "Name requests pick the model by and OpenAI responses "
             "return; with several models repeat it, in --model-id order. Default: the model id "
             "(several models: its last path part).", multiple=True, field="served_model_names"),
-    _Option("--pooling", _pooling, "Override pooling when exporting: cls, mean, splade, "
-            "last-token."),
+    _Option("--pooling", _pooling, "Override the model's pooling: cls, mean, splade, "
+            "last-token. A checkpoint is exported with it; an artifact that pools outside its "
+            "graph pools this way instead (one that pools inside, or SPLADE, fails with how "
+            "to re-export). Classifier and reranker heads ignore it, as in TEI."),
     _Option("--task", _task, "What a checkpoint exported on first start becomes: auto (from "
             "its architecture, as TEI does), embed, classify, rerank or sparse; `rerank` on a "
             "*ForCausalLM is a generative reranker (Qwen3-Reranker). With several models repeat "

@@ -104,3 +104,57 @@ def test_adapter_asked_of_a_checkpoint_without_adapters_fails_the_start(tmp_path
     assert done.returncode != 0
     assert f"--adapter {ADAPTER}" in done.stderr and "has no task LoRA adapters" in done.stderr
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_pooling_overrides_an_artifacts_pooling_as_tei(
+    tmp_path: Path, minilm_artifact: Path, minilm_checkpoint: Path
+) -> None:
+    """TEI's `--pooling cls` on all-MiniLM-L6-v2 (mean in its sentence-transformers config):
+    the served vectors are the normalized first-token hidden states of the PyTorch model."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_checkpoint))
+    model = AutoModel.from_pretrained(str(minilm_checkpoint)).eval()
+    with torch.no_grad():
+        rows = [model(**tokenizer(t, return_tensors="pt")).last_hidden_state[0, 0] for t in TEXTS]
+    reference = torch.nn.functional.normalize(torch.stack(rows), dim=-1).numpy()
+
+    port = free_port()
+    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    env.pop("MODEL_ID", None)
+    env.pop("POOLING", None)
+    proc = subprocess.Popen(
+        [str(TEI_SERVE), "--model-id", str(minilm_artifact), "--pooling", "cls",
+         "--port", str(port), "--hostname", "127.0.0.1", "--prometheus-port", "0",
+         "--dtype", "float32"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(proc, url, timeout=300)
+        with httpx.Client(base_url=url, timeout=60) as client:
+            r = client.post("/embed", json={"inputs": TEXTS})
+            assert r.status_code == 200, r.text
+            served = np.asarray(r.json(), dtype=np.float32)
+            info = client.get("/info").json()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert info["model_type"] == {"embedding": {"pooling": "cls"}}
+    assert cosines(served, reference).min() >= 0.99999
+
+
+def test_pooling_an_artifact_cannot_give_fails_the_start(
+    tmp_path: Path, tiny_splade_artifact: Path
+) -> None:
+    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    env.pop("MODEL_ID", None)
+    done = subprocess.run(
+        [str(TEI_SERVE), "--model-id", str(tiny_splade_artifact), "--pooling", "mean", "--port",
+         str(free_port()), "--prometheus-port", "0"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "tei-export ... --pooling mean" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]

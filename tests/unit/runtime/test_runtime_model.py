@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from rt_artifacts import VOCAB, ArtifactFactory, Built
 
-from tei_runtime import Model, Pooling, Task, ValidationError, load
+from tei_runtime import ManifestError, Model, Pooling, Task, ValidationError, load
 from tei_runtime.backend import Output
 from tei_runtime.data import Encoding
 from tei_runtime.providers import ProviderChoice
@@ -168,6 +168,40 @@ def test_pooling_in_graph_reads_sentence_embedding(make_artifact: ArtifactFactor
         ]
     )
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize(("exported", "wanted"), [(Pooling.MEAN, Pooling.CLS),
+                                                   (Pooling.CLS, Pooling.MEAN),
+                                                   (Pooling.MEAN, Pooling.LAST_TOKEN)])  # fmt: skip
+def test_pooling_override_at_load_pools_the_token_embeddings_that_way(
+    make_artifact: ArtifactFactory, exported: Pooling, wanted: Pooling
+) -> None:
+    """TEI's --pooling on an artifact whose graph hands out token embeddings."""
+    built = make_artifact(pooling=exported)
+    m = load(built.root, pooling=wanted.value.replace("-", "_").upper())
+    assert m.manifest.pooling is wanted
+    got = m.embed(TEXTS, normalize=False)
+    rows = [built.tokens(e.ids, e.type_ids) for e in m.encode(TEXTS)]
+    pick = {Pooling.CLS: lambda t: t[0], Pooling.MEAN: lambda t: t.mean(axis=0),
+            Pooling.LAST_TOKEN: lambda t: t[-1]}[wanted]  # fmt: skip
+    np.testing.assert_allclose(got, np.stack([pick(t) for t in rows]), atol=1e-5)
+    same = load(built.root, pooling=exported.value)
+    np.testing.assert_allclose(same.embed(TEXTS), load(built.root).embed(TEXTS), atol=0)
+
+
+def test_pooling_override_refused_where_the_graph_cannot_give_it(
+    make_artifact: ArtifactFactory,
+) -> None:
+    with pytest.raises(ManifestError, match=r"inside its graph.*tei-export \.\.\. --pooling cls"):
+        load(make_artifact(pooling_in_graph=True).root, pooling="cls")
+    with pytest.raises(ManifestError, match="SPLADE"):
+        load(make_artifact().root, pooling="splade")
+    with pytest.raises(ManifestError, match="SPLADE"):
+        load(make_artifact(task=Task.SPARSE, pooling=Pooling.SPLADE).root, pooling="mean")
+    with pytest.raises(ManifestError, match="does not apply to a `rerank` artifact"):
+        load(make_artifact(task=Task.RERANK, pooling=None).root, pooling="mean")
+    with pytest.raises(ManifestError, match="unknown pooling 'max'"):
+        load(make_artifact().root, pooling="max")
 
 
 @pytest.mark.parametrize("labels", [1, 3])

@@ -141,13 +141,15 @@ def test_dense_path_on_an_artifact_warns(tmp_path: Path, caplog: pytest.LogCaptu
     assert "--dense-path 2_Dense_256 does nothing" in caplog.text
 
 
-def test_pooling_on_an_artifact_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """TEI's --pooling overrides a checkpoint's; an artifact's pooling was chosen (and
-    validated) at export, so the flag is said to do nothing rather than ignored silently."""
+def test_pooling_on_an_artifact_is_left_to_the_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--pooling on an artifact is no export option: tei_runtime.load applies it."""
     (tmp_path / "manifest.json").write_text("{}")
     with caplog.at_level("WARNING", logger="tei_serve"):
-        model_source.resolve(str(tmp_path), options=ExportOptions(pooling="cls"))
-    assert "--pooling cls does nothing" in caplog.text
+        found, _ = model_source.resolve(str(tmp_path), options=ExportOptions(pooling="cls"))
+    assert found == tmp_path
+    assert "does nothing" not in caplog.text
 
 
 def test_missing_exporter_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
