@@ -251,6 +251,33 @@ def test_unknown_route_is_a_bare_404(embed_server: Running) -> None:
         assert "content-type" not in r.headers
 
 
+def test_paths_match_exactly_as_axums_router(embed_server: Running) -> None:
+    """`/embed/` and `//embed` are not `/embed` on TEI; `/docs/` is its Swagger page."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    c = embed_server.client
+    body = {"inputs": "hello"}
+    assert c.post("/embed", json=body).status_code == 200
+    host = urlsplit(embed_server.url)
+    # http.client sends the path as written (httpx reads `//embed` as a host).
+    for path in ("/embed/", "//embed", "/v1//embeddings", "/v1/embeddings/", "/health/"):
+        conn = http.client.HTTPConnection(host.hostname or "", host.port)
+        try:
+            method = "POST" if "embed" in path else "GET"
+            conn.request(method, path, body=b'{"inputs": "hello"}',
+                         headers={"content-type": "application/json"})  # fmt: skip
+            r = conn.getresponse()
+            assert (r.status, r.read()) == (404, b""), path
+            assert r.headers["access-control-allow-origin"] == "*"  # CORS labels it, as TEI's
+        finally:
+            conn.close()
+    assert c.get("/docs/").status_code == 200
+    assert c.get("/docs").status_code == 200
+    assert c.options("/embed/").status_code == 200  # a preflight, answered before routing
+    assert "te_request_failure{" not in c.get("/metrics").text
+
+
 def test_405_names_the_allowed_methods(embed_server: Running) -> None:
     r = embed_server.client.get("/embed")
     assert r.status_code == 405 and r.content == b""

@@ -1,8 +1,8 @@
 """The Litestar app over the served `Models`: routes, CORS, the error handler, the lifespan.
 
-The app is wrapped in `Cors` (TEI's CORS layer, outside routes and key) and that in
-`DrainUnread`, so every answer, whichever layer gives it, comes after the request body has
-been read (see `tei_serve.http.body`).
+The app is wrapped in `ExactPaths` (axum's exact path matching), that in `Cors` (TEI's CORS
+layer, outside routes and key) and that in `DrainUnread`, so every answer, whichever layer
+gives it, comes after the request body has been read (see `tei_serve.http.body`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tei_serve.auth import ApiKey
 from tei_serve.http.body import DrainUnread
 from tei_serve.http.cors import Cors
 from tei_serve.http.errors import KeyedPaths, make_exception_handler
+from tei_serve.http.exact_paths import ExactPaths
 from tei_serve.http.routes import build_routes
 from tei_serve.metrics_port import MetricsPort, MetricsPortError
 from tei_serve.models import Models
@@ -64,5 +65,5 @@ def build_app(front: Serving | Models) -> DrainUnread:
     origins = list(s.cors_allow_origin) if s.cors_allow_origin else ["*"]
     # TEI allows content-type alone; a browser app also needs to send its --api-key and,
     # with several models, the `x-model` header that picks one.
-    cors = Cors(app, origins, headers=["content-type", "authorization", "x-model"])
+    cors = Cors(ExactPaths(app), origins, headers=["content-type", "authorization", "x-model"])
     return DrainUnread(cors)

@@ -1,0 +1,56 @@
+"""Paths matched as TEI's axum router matches them: exactly.
+
+Litestar finds `/embed` for `/embed/` and `//embed` too (it drops a trailing slash and empty
+segments before routing); axum has no such rewrite, so TEI answers those 404. A client written
+against us would otherwise work here and break on TEI. The one exception is `/docs/`, where
+TEI's Swagger UI page lives (its `/docs` redirects there); and `/v1/models/<id>` (ours, not
+TEI's) takes any id, an absolute path's leading slash included (`/v1/models//data/model`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from litestar.enums import ScopeType
+
+if TYPE_CHECKING:
+    from litestar.types import (
+        ASGIApp,
+        HTTPResponseBodyEvent,
+        HTTPResponseStartEvent,
+        Receive,
+        Scope,
+        Send,
+    )
+
+SLASHED_PAGES = frozenset({"/docs/"})
+MODEL_BY_ID = "/v1/models/"
+
+
+def routable(path: str) -> bool:
+    """Whether axum could route `path`: no empty segment, no trailing slash (but `/`)."""
+    if path in SLASHED_PAGES or path == "/" or path.startswith(MODEL_BY_ID):
+        return True
+    return "//" not in path and not path.endswith("/")
+
+
+class ExactPaths:
+    """ASGI wrapper answering a bare 404 (status alone, as axum's router) for a path that only
+    routes after Litestar's normalisation."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP or routable(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        start: HTTPResponseStartEvent = {
+            "type": "http.response.start", "status": 404,
+            "headers": [(b"content-length", b"0")],
+        }  # fmt: skip
+        body: HTTPResponseBodyEvent = {
+            "type": "http.response.body", "body": b"", "more_body": False,
+        }  # fmt: skip
+        await send(start)
+        await send(body)
