@@ -31,7 +31,8 @@ __all__ = ("ANSWERS", "Candidate", "Route", "choose")
 
 
 class Route(enum.StrEnum):
-    """What a request asks for, whichever transport carried it (the value names it in errors)."""
+    """What a request asks for, whichever transport carried it (the value is TEI's handler name;
+    `label` names it in errors)."""
 
     EMBED = "embed"
     EMBED_ALL = "embed_all"
@@ -44,6 +45,25 @@ class Route(enum.StrEnum):
     DECODE = "decode"
     ANY = "any"
     """`/`, `/invocations` and Info: whatever the chosen model does."""
+
+    @property
+    def label(self) -> str:
+        """How errors name it to a client: the HTTP path, and the gRPC method where one."""
+        return _LABELS[self]
+
+
+_LABELS: dict[Route, str] = {
+    Route.EMBED: "/embed (gRPC Embed)",
+    Route.EMBED_ALL: "/embed_all (gRPC EmbedAll)",
+    Route.EMBED_SPARSE: "/embed_sparse (gRPC EmbedSparse)",
+    Route.SIMILARITY: "/similarity",
+    Route.OPENAI: "/v1/embeddings",
+    Route.PREDICT: "/predict (gRPC Predict)",
+    Route.RERANK: "/rerank (gRPC Rerank)",
+    Route.TOKENIZE: "/tokenize (gRPC Tokenize)",
+    Route.DECODE: "/decode (gRPC Decode)",
+    Route.ANY: "/ and /invocations (gRPC Info)",
+}
 
 
 _ALL = frozenset(Task)
@@ -92,7 +112,7 @@ def choose(models: Sequence[Candidate], route: Route, requested: str | None) -> 
             if m.name == requested:
                 if m.task not in able | _ALSO_WHEN_NAMED.get(route, frozenset()):
                     raise ModelChoiceError(
-                        f"model `{requested}` ({m.task.value}) cannot answer `{route.value}`"
+                        f"model `{requested}` ({m.task.value}) cannot answer {route.label}"
                     )
                 return i
         raise UnknownModelError(
@@ -103,10 +123,10 @@ def choose(models: Sequence[Candidate], route: Route, requested: str | None) -> 
         return fits[0]
     if not fits:
         raise ModelChoiceError(
-            f"no served model can answer `{route.value}`; served models: {_listed(models)}"
+            f"no served model can answer {route.label}; served models: {_listed(models)}"
         )
     names = ", ".join(f"`{models[i].name}`" for i in fits)
     raise ModelChoiceError(
-        f"several models can answer `{route.value}`: {names}; name one in the request's "
+        f"several models can answer {route.label}: {names}; name one in the request's "
         "`model` field, its `x-model` header or its gRPC `model` metadata"
     )

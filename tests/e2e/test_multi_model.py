@@ -118,9 +118,10 @@ def test_no_choice_among_several_is_422_naming_them(multi: Multi) -> None:
     _error(c.post("/predict", json={"inputs": "good"}), 422, "`rr`", "`cls`", "`model`")
     _error(c.post("/tokenize", json={"inputs": "hello"}), 422, "`emb`", "`rr`", "`cls`")
     _error(c.post("/decode", json={"ids": [2, 3]}), 422, "several models")
-    _error(c.post("/", json={"inputs": "hello"}), 422, "several models")
+    _error(c.post("/", json={"inputs": "hello"}), 422,
+           "several models can answer / and /invocations (gRPC Info)")  # fmt: skip
     _error(c.post("/embed_sparse", json={"inputs": "hello"}), 422,
-           "no served model can answer `embed_sparse`")  # fmt: skip
+           "no served model can answer /embed_sparse (gRPC EmbedSparse)")  # fmt: skip
 
 
 def test_unknown_and_unable_models(multi: Multi) -> None:
@@ -130,7 +131,7 @@ def test_unknown_and_unable_models(multi: Multi) -> None:
     _error(c.post("/rerank", json={"query": "q", "texts": ["a"]}, headers={"x-model": "nope"}),
            404, "`nope`")  # fmt: skip
     _error(c.post("/embed", json={"inputs": "a", "model": "rr"}), 422,
-           "`rr` (rerank) cannot answer `embed`")  # fmt: skip
+           "`rr` (rerank) cannot answer /embed (gRPC Embed)")  # fmt: skip
     oa = c.post("/v1/embeddings", json={"input": "hello", "model": "text-embedding-3-small"})
     assert oa.status_code == 404
     body = oa.json()
@@ -228,13 +229,13 @@ def test_grpc_picks_by_the_model_metadata(tokenizer_json: Path, client: Any) -> 
              grpc.StatusCode.NOT_FOUND, "`x`"),
             (lambda: stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a"),
                                                       metadata=[("model", "rr")]),
-             grpc.StatusCode.INVALID_ARGUMENT, "cannot answer `embed`"),
+             grpc.StatusCode.INVALID_ARGUMENT, "cannot answer /embed (gRPC Embed)"),
             (lambda: list(predict.PredictStream(iter([pb.PredictRequest(inputs="a")]))),
              grpc.StatusCode.INVALID_ARGUMENT, "several models"),
             (lambda: stubs.RerankStub(r.channel).RerankStream(
                 iter([pb.RerankStreamRequest(query="q", text="a")]),
                 metadata=[("model", "emb")]),
-             grpc.StatusCode.INVALID_ARGUMENT, "cannot answer `rerank`"),
+             grpc.StatusCode.INVALID_ARGUMENT, "cannot answer /rerank (gRPC Rerank)"),
         ]  # fmt: skip
         for call, code, needle in failures:
             with pytest.raises(grpc.RpcError) as err:

@@ -122,7 +122,8 @@ def test_choices_and_their_errors(server: Server) -> None:
     assert none.status_code == 422 and none.json()["error_type"] == "Validation"
     assert f"`{EMB}`" in none.json()["error"] and f"`{RR}`" in none.json()["error"]
     wrong = c.post("/rerank", json={"query": "q", "texts": ["a"], "model": EMB})
-    assert wrong.status_code == 422 and "cannot answer `rerank`" in wrong.json()["error"]
+    assert wrong.status_code == 422
+    assert "cannot answer /rerank (gRPC Rerank)" in wrong.json()["error"]
     unknown = c.post("/v1/embeddings", json={"input": "hello", "model": "text-embedding-3"})
     assert unknown.status_code == 404
     assert unknown.json()["code"] == 404 and "`text-embedding-3`" in unknown.json()["message"]

@@ -58,14 +58,15 @@ def test_an_unknown_name_is_404_listing_what_is_served() -> None:
 
 
 def test_a_named_model_that_cannot_answer_is_422() -> None:
-    with pytest.raises(ModelChoiceError, match=r"`reranker` \(rerank\) cannot answer `embed`"):
+    named = r"`reranker` \(rerank\) cannot answer /embed \(gRPC Embed\)"
+    with pytest.raises(ModelChoiceError, match=named):
         choose(SERVED, Route.EMBED, "reranker")
-    with pytest.raises(ModelChoiceError, match="cannot answer `rerank`"):
+    with pytest.raises(ModelChoiceError, match="cannot answer /rerank"):
         choose((EMBEDDER, CLASSIFIER), Route.RERANK, "sentiment")
 
 
 def test_no_able_model_is_422_listing_what_is_served() -> None:
-    with pytest.raises(ModelChoiceError, match="no served model can answer `embed_sparse`"):
+    with pytest.raises(ModelChoiceError, match="no served model can answer /embed_sparse"):
         choose(SERVED, Route.EMBED_SPARSE, None)
 
 
