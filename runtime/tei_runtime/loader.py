@@ -45,7 +45,7 @@ def with_pooling(manifest: Manifest, pooling: str | None) -> Manifest:
     if pooling is None:
         return manifest
     try:
-        wanted = Pooling(pooling.strip().lower().replace("_", "-"))
+        wanted = Pooling.named(pooling)
     except ValueError:
         names = ", ".join(p.value for p in Pooling)
         raise ManifestError(f"unknown pooling {pooling!r}; use one of {names}") from None

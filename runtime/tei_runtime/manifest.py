@@ -31,6 +31,12 @@ class Pooling(enum.StrEnum):
     LAST_TOKEN = "last-token"
     SPLADE = "splade"
 
+    @classmethod
+    def named(cls, name: str) -> Pooling:
+        """The pooling a flag names, TEI's spelling (`last_token`) or ours, any case;
+        ValueError for any other name."""
+        return cls(name.strip().lower().replace("_", "-"))
+
 
 class Precision(enum.StrEnum):
     FP32 = "fp32"

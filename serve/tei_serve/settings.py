@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from tei_runtime.errors import ProviderError
-from tei_runtime.manifest import Task
+from tei_runtime.manifest import Pooling, Task
 from tei_runtime.providers import parse_dtype
 
 log = logging.getLogger("tei_serve")
@@ -183,10 +183,11 @@ def _port(value: str) -> int:
 
 
 def _pooling(value: str) -> str:
-    v = value.strip().lower().replace("_", "-")
-    if v not in {"cls", "mean", "splade", "last-token"}:
-        raise argparse.ArgumentTypeError("pooling must be one of cls, mean, splade, last-token")
-    return v
+    try:
+        return Pooling.named(value).value
+    except ValueError:
+        names = ", ".join(p.value for p in Pooling)
+        raise argparse.ArgumentTypeError(f"pooling must be one of {names}") from None
 
 
 def _task(value: str) -> str:

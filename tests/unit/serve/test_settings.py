@@ -187,3 +187,12 @@ def test_task_refused_when_unknown_or_not_one_per_model(
     with pytest.raises(SystemExit):
         load_settings(["--task", "reranker"], env={})
     assert "task must be one of" in capsys.readouterr().err
+
+
+def test_unknown_pooling_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_settings(["--pooling", "CLS"], env={}).pooling == "cls"
+    with pytest.raises(SettingsError, match="pooling must be one of"):
+        load_settings([], env={"POOLING": "max"})
+    with pytest.raises(SystemExit):
+        load_settings(["--pooling", "max"], env={})
+    assert "pooling must be one of cls, mean, last-token, splade" in capsys.readouterr().err
