@@ -15,16 +15,10 @@ from typing import TYPE_CHECKING
 
 from litestar.enums import ScopeType
 
+from tei_serve.http.empty_answer import send_empty
+
 if TYPE_CHECKING:
-    from litestar.types import (
-        ASGIApp,
-        HTTPResponseBodyEvent,
-        HTTPResponseStartEvent,
-        Message,
-        Receive,
-        Scope,
-        Send,
-    )
+    from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 METHODS = b"GET,POST"
 VARY = b"origin, access-control-request-method, access-control-request-headers"
@@ -57,20 +51,11 @@ class Cors:
         if allowed is not None:
             labels.append((b"access-control-allow-origin", allowed))
         if scope["method"] == "OPTIONS":
-            headers: list[tuple[bytes, bytes]] = [
+            await send_empty(send, 200, [
                 *labels,
                 (b"access-control-allow-methods", METHODS),
                 (b"access-control-allow-headers", self.allow_headers),
-                (b"content-length", b"0"),
-            ]
-            start: HTTPResponseStartEvent = {
-                "type": "http.response.start", "status": 200, "headers": headers,
-            }  # fmt: skip
-            body: HTTPResponseBodyEvent = {
-                "type": "http.response.body", "body": b"", "more_body": False,
-            }  # fmt: skip
-            await send(start)
-            await send(body)
+            ])  # fmt: skip
             return
 
         async def labelling_send(message: Message) -> None:

@@ -13,15 +13,10 @@ from typing import TYPE_CHECKING
 
 from litestar.enums import ScopeType
 
+from tei_serve.http.empty_answer import send_empty
+
 if TYPE_CHECKING:
-    from litestar.types import (
-        ASGIApp,
-        HTTPResponseBodyEvent,
-        HTTPResponseStartEvent,
-        Receive,
-        Scope,
-        Send,
-    )
+    from litestar.types import ASGIApp, Receive, Scope, Send
 
 SLASHED_PAGES = frozenset({"/docs/"})
 MODEL_BY_ID = "/v1/models/"
@@ -45,12 +40,4 @@ class ExactPaths:
         if scope["type"] != ScopeType.HTTP or routable(scope["path"]):
             await self.app(scope, receive, send)
             return
-        start: HTTPResponseStartEvent = {
-            "type": "http.response.start", "status": 404,
-            "headers": [(b"content-length", b"0")],
-        }  # fmt: skip
-        body: HTTPResponseBodyEvent = {
-            "type": "http.response.body", "body": b"", "more_body": False,
-        }  # fmt: skip
-        await send(start)
-        await send(body)
+        await send_empty(send, 404)
