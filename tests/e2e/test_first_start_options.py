@@ -44,6 +44,37 @@ def _stella_reference(checkpoint: Path, dense: str, scratch: Path) -> np.ndarray
     return np.concatenate([st.encode([t], normalize_embeddings=True) for t in TEXTS])
 
 
+def _env(tmp_path: Path) -> dict[str, str]:
+    """The caller's environment with an empty hub cache, offline, and none of the flags these
+    tests pass set from outside."""
+    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    for name in ("MODEL_ID", "ADAPTER", "DENSE_PATH", "TASK", "POOLING"):
+        env.pop(name, None)
+    return env
+
+
+def _start(tmp_path: Path, args: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """`tei-serve ARGS` on a free loopback port, fp32: (process, base URL)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(TEI_SERVE), *args, "--port", str(port), "--hostname", "127.0.0.1",
+         "--prometheus-port", "0", "--dtype", "float32"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp_path),
+    )  # fmt: skip
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _failed_start(tmp_path: Path, args: list[str]) -> str:
+    """`tei-serve ARGS`, which must fail to start: its stderr (one line, no traceback)."""
+    done = subprocess.run(
+        [str(TEI_SERVE), *args, "--port", str(free_port()), "--prometheus-port", "0"],
+        capture_output=True, text=True, env=_env(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.stderr
+
+
 def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None:
     jina, _, with_adapter = build_jina_v3_published(tmp_path / "jina")
     stella = build_checkpoint(tmp_path / "stella", "bert", st_pooling="mean", dense_out=16)
@@ -56,20 +87,12 @@ def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None
     }
     references["stella"] = _stella_reference(stella, "2_Dense_8", tmp_path / "stella-8")
 
-    port = free_port()
-    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    for name in ("MODEL_ID", "ADAPTER", "DENSE_PATH", "TASK"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
+    proc, url = _start(tmp_path, [
         # The same checkpoint twice, one server name per adapter: retrieval's two sides.
-        [str(TEI_SERVE), "--model-id", str(jina), str(jina), str(stella),
-         "--served-model-name", "query", "passage", "stella",
-         "--adapter", ADAPTER, PASSAGE, "none", "--dense-path", "auto", "auto", "2_Dense_8",
-         "--port", str(port), "--hostname", "127.0.0.1", "--prometheus-port", "0",
-         "--dtype", "float32"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+        "--model-id", str(jina), str(jina), str(stella),
+        "--served-model-name", "query", "passage", "stella",
+        "--adapter", ADAPTER, PASSAGE, "none", "--dense-path", "auto", "auto", "2_Dense_8",
+    ])  # fmt: skip
     try:
         wait_for_health(proc, url, timeout=900)
         with httpx.Client(base_url=url, timeout=60) as client:
@@ -94,16 +117,8 @@ def test_adapter_and_dense_path_per_model_on_first_start(tmp_path: Path) -> None
 
 def test_adapter_asked_of_a_checkpoint_without_adapters_fails_the_start(tmp_path: Path) -> None:
     checkpoint = build_checkpoint(tmp_path / "plain", "bert", st_pooling="mean")
-    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    env.pop("MODEL_ID", None)
-    done = subprocess.run(
-        [str(TEI_SERVE), "--model-id", str(checkpoint), "--adapter", ADAPTER, "--port",
-         str(free_port()), "--prometheus-port", "0"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert done.returncode != 0
-    assert f"--adapter {ADAPTER}" in done.stderr and "has no task LoRA adapters" in done.stderr
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    stderr = _failed_start(tmp_path, ["--model-id", str(checkpoint), "--adapter", ADAPTER])
+    assert f"--adapter {ADAPTER}" in stderr and "has no task LoRA adapters" in stderr
 
 
 def test_pooling_overrides_an_artifacts_pooling_as_tei(
@@ -120,17 +135,7 @@ def test_pooling_overrides_an_artifacts_pooling_as_tei(
         rows = [model(**tokenizer(t, return_tensors="pt")).last_hidden_state[0, 0] for t in TEXTS]
     reference = torch.nn.functional.normalize(torch.stack(rows), dim=-1).numpy()
 
-    port = free_port()
-    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    env.pop("MODEL_ID", None)
-    env.pop("POOLING", None)
-    proc = subprocess.Popen(
-        [str(TEI_SERVE), "--model-id", str(minilm_artifact), "--pooling", "cls",
-         "--port", str(port), "--hostname", "127.0.0.1", "--prometheus-port", "0",
-         "--dtype", "float32"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    proc, url = _start(tmp_path, ["--model-id", str(minilm_artifact), "--pooling", "cls"])
     try:
         wait_for_health(proc, url, timeout=300)
         with httpx.Client(base_url=url, timeout=60) as client:
@@ -148,13 +153,5 @@ def test_pooling_overrides_an_artifacts_pooling_as_tei(
 def test_pooling_an_artifact_cannot_give_fails_the_start(
     tmp_path: Path, tiny_splade_artifact: Path
 ) -> None:
-    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    env.pop("MODEL_ID", None)
-    done = subprocess.run(
-        [str(TEI_SERVE), "--model-id", str(tiny_splade_artifact), "--pooling", "mean", "--port",
-         str(free_port()), "--prometheus-port", "0"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert done.returncode != 0
-    assert "tei-export ... --pooling mean" in done.stderr, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    stderr = _failed_start(tmp_path, ["--model-id", str(tiny_splade_artifact), "--pooling", "mean"])
+    assert "tei-export ... --pooling mean" in stderr, stderr[-3000:]
