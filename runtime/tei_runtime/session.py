@@ -63,9 +63,10 @@ def session_options(choice: ProviderChoice) -> ort.SessionOptions:
 CPU_PROVIDER = "CPUExecutionProvider"
 # onnxruntime's load-time rewrite of Add + LayerNormalization into SkipLayerNormalization (and
 # its RMSNorm form). On the CPU provider that contrib kernel is a scalar per-element loop while
-# LayerNormalization is vectorized: 3.4-5x slower at 2048 rows of 384-1024 (all-MiniLM-L6-v2's
-# fused fp32 graph 1.06-1.10x faster at batch 32 without it; README, Benchmarks), so CPU
-# sessions skip it. GPU providers keep it: their fused kernel is the fast one there.
+# LayerNormalization is vectorized: 3.4-5.3x slower at 2048 rows of 384-1024 (all-MiniLM-L6-v2's
+# fused fp32 graph 1.00-1.10x faster at batch 32 without it, AMD EPYC Zen 4 with AVX-512;
+# README, Benchmarks), so CPU sessions skip it. GPU providers keep it: their fused kernel is
+# the fast one there.
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
