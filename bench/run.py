@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import os
 import shlex
 import subprocess
@@ -35,6 +34,7 @@ from bench.procs import clean_env, cores, loadavg, machine
 from bench.records import Cell, EngineRun, Machine, Model, Peak, Run
 from bench.texts import Pool, make_pools
 from bench.weight_floor import run_floor
+from tei_export.fingerprint import exporter_fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -113,37 +113,6 @@ def _checkpoint(bm: BenchModel, given: Path | None, cache: Path) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-EXPORTER_SOURCES = (REPO / "export" / "tei_export", REPO / "model_cards")
-EXPORTER_DISTS = (
-    "torch",
-    "transformers",
-    "sentence-transformers",
-    "onnx",
-    "onnxscript",
-    "onnxruntime",
-)
-
-
-def exporter_fingerprint(sources: tuple[Path, ...], dists: tuple[str, ...]) -> str:
-    """A digest of the exporter's code, model cards and toolchain versions.
-
-    The cached artifact is keyed on it: the package version alone stayed 0.1.0 while the int8
-    scheme changed, and a run then measured a stale int8 graph.
-    """
-    digest = hashlib.sha256()
-    for root in sources:
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".pyc"):
-            digest.update(str(path.relative_to(root.parent)).encode() + b"\0")
-            digest.update(path.read_bytes())
-    for dist in dists:
-        try:
-            version = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            version = "-"
-        digest.update(f"{dist}={version}\0".encode())
-    return digest.hexdigest()[:16]
-
-
 def _artifact(given: Path | None, checkpoint: Path, cache: Path, dtypes: list[str]) -> Path:
     """Exported before anything is timed: cold start is from a pre-exported artifact.
 
@@ -154,7 +123,7 @@ def _artifact(given: Path | None, checkpoint: Path, cache: Path, dtypes: list[st
     if given is not None:
         art = given
     else:
-        stamp = exporter_fingerprint(EXPORTER_SOURCES, EXPORTER_DISTS)
+        stamp = exporter_fingerprint()
         art = cache / "artifacts" / f"{checkpoint.name}-{stamp}-{variants.replace(',', '-')}"
     if not (art / "manifest.json").exists():
         exe = REPO / ".venv" / "bin" / "tei-export"

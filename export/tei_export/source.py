@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import msgspec
@@ -77,3 +78,23 @@ def resolve(
     except OSError as e:
         raise ExportError(f"{model}: no such local folder, and as a hub id: {e}") from e
     return ResolvedSource(path=path, model_id=model, revision=revision, commit_sha=path.name)
+
+
+def hub_commit(
+    model: str, *, revision: str | None, token: str | None, cache_dir: Path | None
+) -> str | None:
+    """The commit a hub id at REVISION resolves to now: asked of the hub when it can be
+    reached, else read from the hub cache; None when neither knows. Fetches config.json only."""
+    if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+        return revision
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        folder = snapshot_download(
+            model, revision=revision, token=token, cache_dir=cache_dir,
+            allow_patterns=["config.json"],
+        )  # fmt: skip
+    except (HFValidationError, OSError):  # LocalEntryNotFoundError is an OSError
+        return None
+    return Path(folder).name

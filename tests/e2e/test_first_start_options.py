@@ -155,3 +155,42 @@ def test_pooling_an_artifact_cannot_give_fails_the_start(
 ) -> None:
     stderr = _failed_start(tmp_path, ["--model-id", str(tiny_splade_artifact), "--pooling", "mean"])
     assert "tei-export ... --pooling mean" in stderr, stderr[-3000:]
+
+
+def _embed_once(tmp_path: Path, checkpoint: Path) -> tuple[np.ndarray, str]:
+    """Start `tei-serve --model-id CHECKPOINT` on the test's hub cache, embed TEXTS, stop:
+    (vectors, the server's log)."""
+    proc, url = _start(tmp_path, ["--model-id", str(checkpoint)])
+    try:
+        wait_for_health(proc, url, timeout=600)
+        r = httpx.post(f"{url}/embed", json={"inputs": TEXTS}, timeout=60)
+        assert r.status_code == 200, r.text
+    finally:
+        proc.terminate()
+        log, _ = proc.communicate(timeout=60)
+    return np.asarray(r.json(), dtype=np.float32), log
+
+
+def _st_reference(checkpoint: Path) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(checkpoint), device="cpu")
+    return np.concatenate([st.encode([t], normalize_embeddings=True) for t in TEXTS])
+
+
+def test_checkpoint_saved_again_is_exported_again_on_the_next_start(tmp_path: Path) -> None:
+    """A model fine-tuned and saved into the same folder: the next start serves its new
+    vectors, not the first start's cached export; a start with nothing changed reuses it."""
+    checkpoint = build_checkpoint(tmp_path / "mine", "bert", st_pooling="mean", seed=0)
+    first, _ = _embed_once(tmp_path, checkpoint)
+    assert cosines(first, _st_reference(checkpoint)).min() >= 0.99999
+
+    build_checkpoint(tmp_path / "mine", "bert", st_pooling="mean", seed=1)
+    second, log = _embed_once(tmp_path, checkpoint)
+    assert "the checkpoint changed since" in log, log[-3000:]
+    assert cosines(second, _st_reference(checkpoint)).min() >= 0.99999
+    assert cosines(first, second).min() < 0.99
+
+    third, log = _embed_once(tmp_path, checkpoint)
+    assert "exporting" not in log, log[-3000:]
+    np.testing.assert_array_equal(third, second)

@@ -13,6 +13,7 @@ from tei_runtime import manifest as manifest_module
 from tei_runtime.manifest import Task
 from tei_serve import cli, model_source
 from tei_serve.cli import check_limits
+from tei_serve.export_record import write_record
 from tei_serve.model_source import ExportOptions
 from tei_serve.settings import Settings, SettingsError, load_settings
 
@@ -27,6 +28,11 @@ def test_cached_export_reused(tmp_path: Path) -> None:
     out = tmp_path / "tei-onnx" / key
     out.mkdir(parents=True)
     (out / "manifest.json").write_text("{}")
+    current = model_source.current_record(
+        "org/model", revision=None, token=None, cache_dir=str(tmp_path)
+    )
+    assert current is not None and current.source is None  # not on the hub, not in its cache
+    write_record(out, current)
     assert model_source.resolve("org/model", cache_dir=str(tmp_path)) == (out, "org/model")
     assert key.startswith("org--model-")
 
