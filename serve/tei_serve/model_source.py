@@ -130,7 +130,15 @@ def resolve(
     root = hub_cache(cache_dir) / "tei-onnx"
     out = root / cache_key(name, revision, options, label=reported)
     current = current_record(name, revision=revision, token=token, cache_dir=cache_dir)
-    if _still_stands(out, current) is None:
+    stale = _still_stands(out, current)
+    if stale is None:
+        return out, reported
+    if stale and not os.access(root, os.W_OK):
+        # A cache mounted read-only (air-gapped sites pre-populate it): serve what it holds.
+        log.warning(
+            "serving %s as exported earlier, though %s: %s is read-only, so it cannot be "
+            "exported again", out, stale, root,
+        )  # fmt: skip
         return out, reported
     root.mkdir(parents=True, exist_ok=True)
     with (root / f"{out.name}.lock").open("w") as lock:

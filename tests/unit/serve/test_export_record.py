@@ -171,3 +171,20 @@ def test_unknown_hub_commit_keeps_the_export() -> None:
     assert why_stale(recorded, ExportRecord(exporter="e", source=None)) is None
     assert why_stale(recorded, ExportRecord(exporter="e", source=SHA_B)) is not None
     assert why_stale(None, ExportRecord(exporter="e", source=None)) is not None
+
+
+def test_read_only_cache_serves_its_export(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    exporter = FakeExporter(monkeypatch)
+    cache = tmp_path / "hub"
+    out, _ = model_source.resolve(str(checkpoint), cache_dir=str(cache))
+    _save_again(checkpoint)
+    monkeypatch.setattr(
+        model_source.os, "access", lambda path, mode: Path(path) != cache / "tei-onnx"
+    )  # root may ignore file modes: the check is faked instead of chmod
+    with caplog.at_level(logging.WARNING, logger="tei_serve"):
+        assert model_source.resolve(str(checkpoint), cache_dir=str(cache))[0] == out
+    assert exporter.overwrites == [False]
+    assert "read-only" in caplog.text and "the checkpoint changed since" in caplog.text
