@@ -355,8 +355,10 @@ def _build(
                     )  # fmt: skip
                     progress.note(
                         f"{path.name}: {int8.quantized} MatMuls static int8, "
-                        f"{len(int8.kept_fp32)} kept fp32 by measured sensitivity; calibration "
-                        f"texts' min cosine against fp32 {int8.calibration_min_cosine:.4f}"
+                        f"{len(int8.kept_fp32)} kept fp32 by measured sensitivity, "
+                        f"{int8.widened} activation ranges widened for the stress texts; "
+                        f"calibration texts' min cosine against fp32 "
+                        f"{int8.calibration_min_cosine:.4f}"
                     )
             built.append(
                 _Graph(

@@ -13,7 +13,7 @@ import numpy.typing as npt
 import onnx
 
 from tei_export import external, quantize, validate
-from tei_export.calibration import calibration_texts
+from tei_export.calibration import calibration_texts, stress_texts
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan
 
@@ -66,6 +66,8 @@ class Int8Result(msgspec.Struct, frozen=True, kw_only=True):
     calibration_min_cosine: float
     """Min cosine of the int8 graph's vectors against the fp32 graph's on the calibration
     texts."""
+    widened: int = 0
+    """Activations whose range was widened to cover the stress texts (quantize.calibrate)."""
 
 
 def _feed(plan: ExportPlan, ids: IntArray, type_ids: IntArray) -> dict[str, IntArray]:
@@ -78,18 +80,20 @@ def _feed(plan: ExportPlan, ids: IntArray, type_ids: IntArray) -> dict[str, IntA
     return {name: by_name[name] for name in plan.inputs}
 
 
-def calibration_feeds(plan: ExportPlan, tokenizer_json: Path) -> list[dict[str, IntArray]]:
-    """Each calibration text as its own batch of one, tokenized by the model's tokenizer."""
+def calibration_feeds(
+    plan: ExportPlan, tokenizer_json: Path, texts: Sequence[str] | None = None
+) -> list[dict[str, IntArray]]:
+    """Each calibration text (or each of TEXTS) as its own batch of one, tokenized by the
+    model's tokenizer."""
     from tei_runtime.tokenization import Tokenizer
 
     tokenizer = Tokenizer(
         tokenizer_json, max_input_length=min(plan.max_input_length, MAX_CALIBRATION_LENGTH)
     )
+    chosen = list(texts) if texts is not None else calibration_texts()
     return [
         _feed(plan, np.array([enc.ids], np.int64), np.array([enc.type_ids], np.int64))
-        for enc in tokenizer.encode(
-            calibration_texts(), truncate=True, truncation_direction="right"
-        )
+        for enc in tokenizer.encode(chosen, truncate=True, truncation_direction="right")
     ]
 
 
@@ -161,7 +165,8 @@ def to_int8(
     sites = quantize.matmul_sites(model)
     if not sites:
         raise ExportError("int8: the graph has no MatMul with a constant weight to quantize")
-    calib = quantize.calibrate(src, sites, feeds)
+    stress = calibration_feeds(plan, tokenizer_json, stress_texts())
+    calib = quantize.calibrate(src, sites, feeds, stress=stress)
     output = list(plan.outputs)
 
     def vectors(path: Path) -> list[npt.NDArray[np.float32]]:
@@ -191,5 +196,6 @@ def to_int8(
     external.save(quantize.to_qdq(model, sites, calib.plans, keep_fp32=kept), dst,
                   external=external_data)  # fmt: skip
     return Int8Result(
-        quantized=len(sites) - len(kept), kept_fp32=kept, calibration_min_cosine=reached
+        quantized=len(sites) - len(kept), kept_fp32=kept, calibration_min_cosine=reached,
+        widened=len(calib.widened),
     )

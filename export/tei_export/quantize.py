@@ -5,7 +5,9 @@ the calibration texts at export time, so a row's int8 codes depend on that row a
 text gets the same vector in any batch (dynamic quantization picks one scale per forward
 from the whole batch tensor, so neighbours moved it). onnxruntime fuses each
 DequantizeLinear -> MatMul pair into an integer GEMM at load time (MatMulIntegerToFloat on
-CPU), u8 activations times s8 weights.
+CPU), u8 activations times s8 weights. Each range is the calibration texts' or, where that
+measures better, one also covering a few stress texts (repetitions, a lone symbol) that
+push attention outputs past anything prose does.
 
 Which MatMuls stay fp32 is measured, not listed: each MatMul's local error (its int8 output
 against its fp32 output on the calibration activations) ranks them, and the most sensitive
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -179,6 +181,8 @@ class Calibration:
     errors: dict[str, float]
     """MatMul node -> its local error: the mean square of (int8 output - fp32 output) over
     the mean square of the fp32 output, on the calibration texts."""
+    widened: list[str] = field(default_factory=list)
+    """The activations whose range covers the stress texts' too."""
 
 
 def weights_of(model: onnx.ModelProto, sites: Sequence[MatMulSite]) -> dict[str, FloatArray]:
@@ -205,20 +209,16 @@ def sampled_rows(flat: FloatArray) -> npt.NDArray[np.intp]:
     return np.unique(np.concatenate([spread, widest]))
 
 
-def calibrate(
-    src: Path,
-    sites: Sequence[MatMulSite],
-    feeds: Sequence[Feeds],
-    *,
-    strengths: Sequence[float] = SMOOTHING_STRENGTHS,
-    reduce_range: bool = True,
-) -> Calibration:
-    """Two passes of the fp32 graph over the calibration feeds. The first: each activation's
-    channel ranges and a few of its rows per text, on which every smoothing strength is
-    tried (each activation keeps the one its readers lose least at). The second: each
-    MatMul's local error over every row, with the chosen quantization."""
-    activations = sorted({s.activation for s in sites})
-    runner = _Runner(src, activations)
+@dataclass(frozen=True)
+class _Pass1:
+    """One set of feeds' first pass: channel ranges and sampled rows per activation."""
+
+    low: dict[str, FloatArray]
+    high: dict[str, FloatArray]
+    sampled: dict[str, FloatArray]
+
+
+def _first_pass(runner: _Runner, activations: Sequence[str], feeds: Sequence[Feeds]) -> _Pass1:
     low: dict[str, FloatArray] = {}
     high: dict[str, FloatArray] = {}
     samples: dict[str, list[FloatArray]] = {name: [] for name in activations}
@@ -229,44 +229,88 @@ def calibrate(
             low[name] = np.minimum(low[name], lo) if name in low else lo
             high[name] = np.maximum(high[name], hi) if name in high else hi
             samples[name].append(flat[sampled_rows(flat)])
-    sampled = {name: np.concatenate(rows) for name, rows in samples.items()}
-    del samples
+    sampled = {name: np.concatenate(rows) for name, rows in samples.items() if rows}
+    return _Pass1(low=low, high=high, sampled=sampled)
+
+
+# A candidate quantization of one activation: (SmoothQuant strength, whether its range
+# also covers the stress texts').
+_Choice = tuple[float, bool]
+
+
+def calibrate(
+    src: Path,
+    sites: Sequence[MatMulSite],
+    feeds: Sequence[Feeds],
+    *,
+    stress: Sequence[Feeds] = (),
+    strengths: Sequence[float] = SMOOTHING_STRENGTHS,
+    reduce_range: bool = True,
+) -> Calibration:
+    """Two passes of the fp32 graph over the calibration feeds. The first: each activation's
+    channel ranges and a few of its rows per text, on which every smoothing strength is
+    tried, with the calibration texts' range and with one that also covers the STRESS feeds'
+    (inputs far from prose); each activation keeps the choice its readers lose least at,
+    counting their error on the calibration rows and on the stress rows alike, so a range
+    widens where clipping the stress inputs costs more than the coarser step costs prose
+    (attention outputs), and stays where it does not. The second: each MatMul's local error
+    over every calibration row, with the chosen quantization."""
+    activations = sorted({s.activation for s in sites})
+    runner = _Runner(src, activations)
+    prose = _first_pass(runner, activations, feeds)
+    odd = _first_pass(runner, activations, stress) if stress else None
     weights = weights_of(onnx.load(str(src)), sites)
     readers: dict[str, list[MatMulSite]] = {}
     for site in sites:
         readers.setdefault(site.activation, []).append(site)
-    candidates: dict[tuple[str, float], ActivationPlan] = {}
-    deq: dict[tuple[str, float], FloatArray] = {}
+    choices: list[_Choice] = [(alpha, False) for alpha in strengths]
+    if odd is not None:
+        choices += [(alpha, True) for alpha in strengths]
+    candidates: dict[tuple[str, _Choice], ActivationPlan] = {}
     for name in activations:
-        stats = ChannelStats(low=low[name], high=high[name])
-        for alpha in strengths:
-            plan = activation_plan(stats, [weights[r.weight] for r in readers[name]], alpha)
-            candidates[name, alpha] = plan
-            for site in readers[name]:
-                codes, scales = quantize_weight(
-                    weights[site.weight] * plan.smooth[:, None], reduce_range=reduce_range
+        for choice in choices:
+            alpha, wide = choice
+            if wide and odd is not None:
+                stats = ChannelStats(
+                    low=np.minimum(prose.low[name], odd.low[name]),
+                    high=np.maximum(prose.high[name], odd.high[name]),
                 )
-                deq[site.node, alpha] = codes.astype(np.float32) * scales
-    noise: dict[tuple[str, float], float] = {}
-    signal: dict[str, float] = {}
-    for site in sites:
-        x = sampled[site.activation]
-        exact = x @ weights[site.weight]
-        signal[site.node] = float(np.square(exact).sum())
-        for alpha in strengths:
-            plan = candidates[site.activation, alpha]
-            approx = fake_quant_activation(x / plan.smooth, plan.quant) @ deq[site.node, alpha]
-            noise[site.node, alpha] = float(np.square(approx - exact).sum())
-    plans: dict[str, ActivationPlan] = {}
-    chosen: dict[str, float] = {}
-    for name in activations:
-        def sampled_error(alpha: float, name: str = name) -> float:
-            return sum(
-                noise[r.node, alpha] / max(signal[r.node], 1e-30) for r in readers[name]
-            )
+            else:
+                stats = ChannelStats(low=prose.low[name], high=prose.high[name])
+            weights_read = [weights[r.weight] for r in readers[name]]
+            candidates[name, choice] = activation_plan(stats, weights_read, alpha)
 
-        chosen[name] = min(strengths, key=sampled_error)
+    def dequantized(site: MatMulSite, plan: ActivationPlan) -> FloatArray:
+        codes, scales = quantize_weight(
+            weights[site.weight] * plan.smooth[:, None], reduce_range=reduce_range
+        )
+        return codes.astype(np.float32) * scales
+
+    # Relative error of each MatMul, per choice, on each set's sampled rows, summed. One
+    # dequantized weight at a time: a 0.6B decoder's weights are 2.4 GB a copy.
+    error: dict[tuple[str, _Choice], float] = {}
+    for site in sites:
+        sets = [rows for rows in (prose, odd) if rows is not None]
+        xs = [rows.sampled[site.activation] for rows in sets]
+        exacts = [x @ weights[site.weight] for x in xs]
+        signals = [max(float(np.square(e).sum()), 1e-30) for e in exacts]
+        for choice in choices:
+            plan = candidates[site.activation, choice]
+            deq = dequantized(site, plan)
+            error[site.node, choice] = sum(
+                float(np.square(fake_quant_activation(x / plan.smooth, plan.quant) @ deq - e).sum())
+                / signal
+                for x, e, signal in zip(xs, exacts, signals, strict=True)
+            )
+    plans: dict[str, ActivationPlan] = {}
+    chosen: dict[str, _Choice] = {}
+    for name in activations:
+        def sampled_error(choice: _Choice, name: str = name) -> float:
+            return sum(error[r.node, choice] for r in readers[name])
+
+        chosen[name] = min(choices, key=sampled_error)
         plans[name] = candidates[name, chosen[name]]
+    chosen_deq = {site.node: dequantized(site, plans[site.activation]) for site in sites}
     # The ranking needs every row: the MatMuls that lose most do so on a few tokens.
     full_noise = dict.fromkeys((s.node for s in sites), 0.0)
     full_signal = dict.fromkeys((s.node for s in sites), 0.0)
@@ -276,14 +320,12 @@ def calibrate(
             plan = plans[site.activation]
             x = values[site.activation].reshape(-1, plan.smooth.shape[0])
             exact = x @ weights[site.weight]
-            approx = (
-                fake_quant_activation(x / plan.smooth, plan.quant)
-                @ deq[site.node, chosen[site.activation]]
-            )
+            approx = fake_quant_activation(x / plan.smooth, plan.quant) @ chosen_deq[site.node]
             full_noise[site.node] += float(np.square(approx - exact).sum())
             full_signal[site.node] += float(np.square(exact).sum())
     errors = {n: full_noise[n] / max(full_signal[n], 1e-30) for n in full_noise}
-    return Calibration(plans=plans, errors=errors)
+    widened = sorted(name for name, (_, wide) in chosen.items() if wide)
+    return Calibration(plans=plans, errors=errors, widened=widened)
 
 
 def to_qdq(

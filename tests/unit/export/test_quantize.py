@@ -156,3 +156,35 @@ def test_choose_fp32_keeps_the_fewest_that_reach_the_target() -> None:
     assert kept == ["a", "b", "c"]  # the best tried; the export's validation then decides
     assert q.fp32_steps(18, 3) == [0, 1, 2, 3]
     assert q.fp32_steps(40, 6) == [0, 1, 2, 4, 6]
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_stress_inputs_widen_the_ranges_that_clip_them(tmp_path: Path) -> None:
+    """Inputs 6x wider than the calibration texts': ranges fitted to prose clip them (what a
+    word repeated to the model's length does to attention outputs), so calibrate widens the
+    ranges where that costs the readers less than the coarser step, and prose stays close."""
+    model = _graph()
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    sites = q.matmul_sites(model)
+    prose = _feeds()
+    stress = [{"x": feed["x"] * 6} for feed in _feeds(4, seed=3)]
+    plain = q.calibrate(tmp_path / "g.onnx", sites, prose)
+    assert plain.widened == []
+    wide = q.calibrate(tmp_path / "g.onnx", sites, prose, stress=stress)
+    assert wide.widened == ["hr", "xg"]
+    plan = wide.plans["xg"]  # x itself: the graph's gain is 1 on every channel here
+    smoothed = np.concatenate([f["x"].reshape(-1, HIDDEN) for f in stress]) / plan.smooth
+    low = -plan.quant.zero_point * plan.quant.scale
+    high = (255 - plan.quant.zero_point) * plan.quant.scale
+    assert low - plan.quant.scale <= smoothed.min() and smoothed.max() <= high + plan.quant.scale
+
+    odd = _feeds(1, seed=11)[0]["x"] * 6
+    exact = _run(model, odd)
+    clipped = _run(q.to_qdq(model, sites, plain.plans), odd)
+    widened = _run(q.to_qdq(model, sites, wide.plans), odd)
+    assert _cosine(widened, exact) > _cosine(clipped, exact) + 0.01
+    normal = _feeds(1, seed=9)[0]["x"]
+    assert _cosine(_run(q.to_qdq(model, sites, wide.plans), normal), _run(model, normal)) > 0.99
