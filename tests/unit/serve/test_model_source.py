@@ -18,6 +18,14 @@ from tei_serve.model_source import ExportOptions
 from tei_serve.settings import Settings, SettingsError, load_settings
 
 
+@pytest.fixture(autouse=True)
+def _offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hub id's commit is looked up at every start; here only in the (empty) hub cache."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
 def test_artifact_folder_used_as_is(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{}")
     assert model_source.resolve(str(tmp_path)) == (tmp_path, str(tmp_path))
