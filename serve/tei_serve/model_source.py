@@ -212,7 +212,10 @@ def export(
     from tei_export.cards import CardError  # type: ignore[import-untyped,unused-ignore]
     from tei_export.errors import ExportError  # type: ignore[import-untyped,unused-ignore]
 
-    log.info("exporting %s to %s (first start; later starts reuse it)", model, out)
+    log.info(
+        "exporting %s to %s (later starts reuse it while the checkpoint and the exporter "
+        "stay as they are)", model, out,
+    )  # fmt: skip
     try:
         result: Path = export_model(
             model,
