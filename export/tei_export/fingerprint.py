@@ -49,7 +49,13 @@ def folder_fingerprint(folder: Path) -> str:
     reading the weights is not needed, so it costs milliseconds on a multi-GB checkpoint."""
     digest = hashlib.sha256()
     entries: list[tuple[str, int, int]] = []
+    seen: set[str] = set()
     for top, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:  # a link back up the tree: walked once
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
             path = Path(top) / name

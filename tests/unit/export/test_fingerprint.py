@@ -52,3 +52,10 @@ def test_folder_fingerprint_follows_saved_files_not_hidden_folders(tmp_path: Pat
     assert second != first
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
     assert folder_fingerprint(tmp_path) != second
+
+
+def test_folder_fingerprint_survives_a_link_loop(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "up").symlink_to(tmp_path, target_is_directory=True)
+    assert len(folder_fingerprint(tmp_path)) == 16
