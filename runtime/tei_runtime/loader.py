@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -21,6 +22,14 @@ from tei_runtime.providers import (
 )
 from tei_runtime.session import OrtBackend
 from tei_runtime.tokenization import Tokenizer
+
+log = logging.getLogger("tei_runtime")
+
+# Fused residual norms whose onnxruntime CPU kernels are per-element loops, 3.4-5.3x slower
+# than Add + LayerNormalization (1.2-1.7x for the simplified one); tei-export leaves them
+# unfused since 2026-12-06 and CPU sessions do not fuse them at load, but an artifact
+# exported before carries them in its graph.
+SLOW_CPU_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 
 
 def default_cache_dir() -> Path:
@@ -92,6 +101,17 @@ def pick_variant(
             "graph"
         )
     return manifest.variant(choice.precision, graph_cpu_class(choice, host), forced)
+
+
+def slow_cpu_graph(variant: Variant, device: Device) -> str | None:
+    """Why VARIANT runs slower on the CPU than a fresh export of it would, or None."""
+    slow = [op for op in SLOW_CPU_OPS if variant.fused_ops.get(op)]
+    if device is not Device.CPU or not slow:
+        return None
+    return (
+        f"{variant.file} carries {' and '.join(slow)}, whose CPU kernels are slower than the "
+        f"unfused norms: export the model again with this tei-export for a faster CPU graph"
+    )
 
 
 def plan(
@@ -169,6 +189,8 @@ def load(
     )
     manifest = with_pooling(artifact.manifest, pooling)
     variant = pick_variant(manifest, choice, resolved, forced)
+    if slower := slow_cpu_graph(variant, choice.device):
+        log.warning("%s: %s", artifact.root, slower)
     length = manifest.max_input_length
     if max_input_length is not None:
         length = min(length, max_input_length)

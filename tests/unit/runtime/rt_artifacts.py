@@ -102,6 +102,8 @@ class Spec:
     precisions: tuple[Precision, ...] = (Precision.FP32,)
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    fused_ops: dict[str, int] = field(default_factory=dict)
+    """What each variant's manifest entry says the graph holds (the graph is the toy one)."""
 
 
 def reference_tokens(
@@ -240,7 +242,7 @@ def write_artifact(root: Path, spec: Spec, seed: int = 0) -> Built:
                 file=name,
                 precision=precision,
                 sha256=sha256_file(root / name),
-                fused_ops={},
+                fused_ops=dict(spec.fused_ops),
                 validation=Validation(
                     min_cosine=1.0, max_abs_err=0.0, tolerance=0.999, shapes=[(1, 4)]
                 ),

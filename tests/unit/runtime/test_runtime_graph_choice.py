@@ -3,6 +3,7 @@ the precision's default; GPUs and OpenVINO always take the default."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 
 import msgspec
@@ -14,7 +15,7 @@ from tei_runtime.__main__ import variant_reason
 from tei_runtime.artifact import open_artifact
 from tei_runtime.checksum import sha256_file
 from tei_runtime.host import CpuClass, Host
-from tei_runtime.loader import default_shas, pick_variant, plan
+from tei_runtime.loader import default_shas, pick_variant, plan, slow_cpu_graph
 from tei_runtime.manifest import (
     GraphForm,
     Precision,
@@ -22,6 +23,7 @@ from tei_runtime.manifest import (
     encode_manifest,
     read_manifest,
 )
+from tei_runtime.providers import Device
 
 EPYC = ("avx2", "fma")
 XEON = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni")
@@ -147,3 +149,23 @@ def test_asked_graph_is_cpu_only(make_artifact: ArtifactFactory) -> None:
     assert pick_variant(built.manifest, choice, gpu, None).graph is GraphForm.FUSED
     with pytest.raises(tei_runtime.ProviderError, match="graph plain is for the CPU provider"):
         pick_variant(built.manifest, choice, gpu, GraphForm.PLAIN)
+
+
+def test_artifact_with_slow_cpu_norms_is_named_at_cpu_load(
+    make_artifact: ArtifactFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Exported before the norms were left unfused: it loads, and the log says to export it
+    again; a fresh artifact says nothing, and GPUs (whose kernel is the fast one) neither."""
+    old = make_artifact(fused_ops={"Attention": 2, "SkipLayerNormalization": 4})
+    with caplog.at_level(logging.WARNING, logger="tei_runtime"):
+        tei_runtime.load(old.root, device="cpu", host=cpu_host(XEON))
+    assert "model.fp32.onnx carries SkipLayerNormalization" in caplog.text
+    assert "export the model again" in caplog.text
+    caplog.clear()
+    fresh = make_artifact(fused_ops={"Attention": 2, "LayerNormalization": 4})
+    with caplog.at_level(logging.WARNING, logger="tei_runtime"):
+        tei_runtime.load(fresh.root, device="cpu", host=cpu_host(XEON))
+    assert "carries" not in caplog.text
+    variant = old.manifest.variant(Precision.FP32)
+    assert slow_cpu_graph(variant, Device.CUDA) is None
+    assert slow_cpu_graph(variant, Device.CPU) is not None
