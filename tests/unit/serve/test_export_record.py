@@ -4,7 +4,6 @@ tests/e2e/test_first_start_options.py restarts a real server on a re-saved check
 
 from __future__ import annotations
 
-import builtins
 import logging
 import os
 from pathlib import Path
@@ -14,6 +13,7 @@ import huggingface_hub.constants
 import pytest
 
 import tei_export.fingerprint
+from support.imports import hide_package
 from tei_serve import model_source
 from tei_serve.export_record import ExportRecord, read_record, record_path, why_stale
 
@@ -113,14 +113,7 @@ def test_without_the_exporter_a_cached_export_is_served(
     out, _ = model_source.resolve(str(checkpoint), cache_dir=cache)
     record_path(out).unlink()
     _save_again(checkpoint)
-    real_import = builtins.__import__
-
-    def no_exporter(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith("tei_export"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_exporter)
+    hide_package(monkeypatch, "tei_export")
     monkeypatch.setattr(model_source, "export", None)  # never called
     assert model_source.resolve(str(checkpoint), cache_dir=cache)[0] == out
 

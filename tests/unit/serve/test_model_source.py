@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.imports import hide_package
 from tei_runtime import manifest as manifest_module
 from tei_runtime.manifest import Task
 from tei_serve import cli, model_source
@@ -167,14 +167,7 @@ def test_pooling_on_an_artifact_is_left_to_the_load(
 
 
 def test_missing_exporter_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_import = builtins.__import__
-
-    def fake_import(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith("tei_export"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake_import)
+    hide_package(monkeypatch, "tei_export")
     with pytest.raises(model_source.ModelSourceError, match=r"tei-onnx\[export\]"):
         model_source.resolve("org/model", cache_dir=str(tmp_path))
 
