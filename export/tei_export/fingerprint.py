@@ -19,7 +19,10 @@ TOOLCHAIN = ("torch", "transformers", "sentence-transformers", "onnx", "onnxscri
 
 
 def exporter_sources() -> tuple[Path, ...]:
-    return (Path(__file__).resolve().parent, cards_dir())
+    """The package, and the model cards where they sit outside it (a checkout; a wheel
+    carries them inside)."""
+    package, cards = Path(__file__).resolve().parent, cards_dir().resolve()
+    return (package,) if cards.is_relative_to(package) else (package, cards)
 
 
 def exporter_fingerprint(

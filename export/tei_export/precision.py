@@ -66,7 +66,7 @@ class Int8Result(msgspec.Struct, frozen=True, kw_only=True):
     calibration_min_cosine: float
     """Min cosine of the int8 graph's vectors against the fp32 graph's on the calibration
     texts."""
-    widened: int = 0
+    widened: int
     """Activations whose range was widened to cover the stress texts (quantize.calibrate)."""
 
 

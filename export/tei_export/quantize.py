@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -181,7 +181,7 @@ class Calibration:
     errors: dict[str, float]
     """MatMul node -> its local error: the mean square of (int8 output - fp32 output) over
     the mean square of the fp32 output, on the calibration texts."""
-    widened: list[str] = field(default_factory=list)
+    widened: list[str]
     """The activations whose range covers the stress texts' too."""
 
 

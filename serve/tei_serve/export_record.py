@@ -37,8 +37,7 @@ def read_record(artifact: Path) -> ExportRecord | None:
 def write_record(artifact: Path, record: ExportRecord) -> None:
     path = record_path(artifact)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(msgspec.json.encode(record))
-    partial.chmod(0o644)
+    partial.write_bytes(msgspec.json.encode(record))  # created with the umask's mode, as the cache
     partial.replace(path)
 
 

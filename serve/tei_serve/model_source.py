@@ -130,7 +130,7 @@ def resolve(
     root = hub_cache(cache_dir) / "tei-onnx"
     out = root / cache_key(name, revision, options, label=reported)
     current = current_record(name, revision=revision, token=token, cache_dir=cache_dir)
-    stale = _still_stands(out, current)
+    stale = _reason_to_export(out, current)
     if stale is None:
         return out, reported
     if stale and not os.access(root, os.W_OK):
@@ -143,7 +143,7 @@ def resolve(
     root.mkdir(parents=True, exist_ok=True)
     with (root / f"{out.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        stale = _still_stands(out, current)  # another process may have exported it meanwhile
+        stale = _reason_to_export(out, current)  # another process may have exported it meanwhile
         if stale is None:
             return out, reported
         if stale:
@@ -181,9 +181,9 @@ def current_record(
     return ExportRecord(exporter=exporter_fingerprint(), source=source)
 
 
-def _still_stands(out: Path, current: ExportRecord | None) -> str | None:
-    """None when the cached export at OUT can be served; else why not ("" when there is none).
-    Without the exporter installed (current is None) any cached export is served."""
+def _reason_to_export(out: Path, current: ExportRecord | None) -> str | None:
+    """Why OUT must be exported ("" when there is none yet), or None when the cached export
+    can be served. Without the exporter installed (current is None) any cached export is."""
     if not (out / MANIFEST_NAME).is_file():
         return ""
     if current is None:

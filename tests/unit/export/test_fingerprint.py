@@ -28,10 +28,10 @@ def test_exporter_fingerprint_follows_code_cards_and_toolchain(tmp_path: Path) -
 
 
 def test_installed_exporter_sources_hold_the_code_and_the_cards() -> None:
-    code, cards = exporter_sources()
-    assert (code / "api.py").is_file()
-    assert any(cards.glob("*.toml"))
-    assert exporter_fingerprint() == exporter_fingerprint()
+    sources = exporter_sources()
+    assert (sources[0] / "api.py").is_file()
+    assert any(card for root in sources for card in root.rglob("bert.toml"))
+    assert exporter_fingerprint() == exporter_fingerprint(sources)
 
 
 def test_folder_fingerprint_follows_saved_files_not_hidden_folders(tmp_path: Path) -> None:
