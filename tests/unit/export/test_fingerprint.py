@@ -54,8 +54,14 @@ def test_folder_fingerprint_follows_saved_files_not_hidden_folders(tmp_path: Pat
     assert folder_fingerprint(tmp_path) != second
 
 
-def test_folder_fingerprint_survives_a_link_loop(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "up").symlink_to(tmp_path, target_is_directory=True)
-    assert len(folder_fingerprint(tmp_path)) == 16
+def test_folder_fingerprint_walks_a_link_loop_once(tmp_path: Path) -> None:
+    """A link back up the tree adds nothing: the same digest as that link as an empty folder
+    (followed round, it would add sub/up/config.json, sub/up/sub/up/config.json, ...)."""
+    looped, flat = tmp_path / "looped", tmp_path / "flat"
+    for root in (looped, flat):
+        (root / "sub").mkdir(parents=True)
+        (root / "config.json").write_text("{}")
+        os.utime(root / "config.json", ns=(1_000_000_000, 1_000_000_000))
+    (looped / "sub" / "up").symlink_to(looped, target_is_directory=True)
+    (flat / "sub" / "up").mkdir()
+    assert folder_fingerprint(looped) == folder_fingerprint(flat)
