@@ -67,14 +67,19 @@ def truncate_dimensions(vectors: FloatArray, dimensions: int | None) -> FloatArr
     """Matryoshka truncation: keep the first `dimensions` columns (normalise afterwards)."""
     if dimensions is None:
         return vectors
+    check_dimensions(dimensions, vectors.shape[-1])
+    return np.ascontiguousarray(vectors[..., :dimensions])
+
+
+def check_dimensions(dimensions: int, width: int) -> None:
+    """Raise ValidationError unless `dimensions` can truncate vectors `width` wide."""
     # TEI's texts, so a served error reads as TEI's.
     if dimensions <= 0:
         raise ValidationError("`dimensions` should be positive")
-    if dimensions > vectors.shape[-1]:
+    if dimensions > width:
         raise ValidationError(
             "`dimensions` should be smaller than the maximum embedding dimension."
         )
-    return np.ascontiguousarray(vectors[..., :dimensions])
 
 
 def cosine_similarity(source: FloatArray, others: FloatArray) -> FloatArray:

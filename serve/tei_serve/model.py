@@ -29,6 +29,10 @@ class ServedModel(Backend, Protocol):
     def precision(self) -> Precision: ...
     @property
     def max_input_length(self) -> int: ...
+    @property
+    def dimension(self) -> int:
+        """Width of an embedding model's pooled vectors (before `dimensions` truncation)."""
+        ...
 
     def encode(
         self,

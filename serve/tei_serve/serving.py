@@ -551,24 +551,31 @@ class Serving:
         if not q.inputs:
             raise EmptyError("`inputs` cannot be empty")
         self._check_batch(len(q.inputs))
-        if any(not text for text in q.inputs):
-            raise empty_input()
         prompt_name, prompt = self.admission.prompt_of(q.prompt_name)
 
-        def work() -> list[list[Token]]:
+        def work(inputs: Sequence[str]) -> list[list[Token]]:
             rows = self.model.tokenize(
-                q.inputs, add_special_tokens=q.add_special_tokens, prompt_name=prompt_name,
+                inputs, add_special_tokens=q.add_special_tokens, prompt_name=prompt_name,
                 prompt=prompt,
             )  # fmt: skip
             return [list(row) for row in rows]
 
-        return Tokens(tokens=await self._tokenizer_call(work))
+        # TEI checks input by input and answers with the first failure in request order, so
+        # an empty input answers only when every input before it tokenizes.
+        empty_at = next((i for i, text in enumerate(q.inputs) if not text), None)
+        if empty_at is not None:
+            if empty_at:
+                await self._tokenizer_call(lambda: work(q.inputs[:empty_at]))
+            raise empty_input()
+        return Tokens(tokens=await self._tokenizer_call(lambda: work(q.inputs)))
 
     async def decode(self, q: DecodeQuery) -> Decoded:
-        if not q.ids or any(not ids for ids in q.ids):
-            err = EmptyError("Input validation error: `input_ids` cannot be empty")
-            raise refused_while_tokenizing(err) if q.ids else err  # q.ids: one input of none
+        err = EmptyError("Input validation error: `input_ids` cannot be empty")
+        if not q.ids:  # `[]` reads as one input of no ids, as in TEI
+            raise err
         self._check_batch(len(q.ids))
+        if any(not ids for ids in q.ids):
+            raise refused_while_tokenizing(err)
 
         def work() -> list[str]:
             return list(self.model.decode(q.ids, skip_special_tokens=q.skip_special_tokens))
@@ -636,6 +643,19 @@ class Serving:
             raise ValidationError("Input validation error: `dimensions` should be positive")
         if self.output is Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not an embedding model")
+        if dimensions is not None and self.output is Output.EMBEDDING and (
+            dimensions > self.model.dimension
+        ):
+            # TEI checks `dimensions` on each input's result, in request order: the answer is
+            # the first input's own failure when it has one, else this.
+            await self._run(
+                inputs[:1], self.output, Tally(start=self.clock()), truncate=truncate,
+                direction=direction, prompt_name=prompt_name,
+            )  # fmt: skip
+            try:
+                pooling.check_dimensions(dimensions, self.model.dimension)
+            except rt_errors.ValidationError as e:
+                raise from_runtime(e) from e
         results = await self._run(
             inputs, self.output, meta, truncate=truncate, direction=direction,
             prompt_name=prompt_name,

@@ -108,6 +108,7 @@ def make_manifest(task: Task, *, max_input_length: int = 32,
 class FakeModel:
     provider = "CPUExecutionProvider"
     precision = Precision.FP32
+    dimension = HIDDEN
 
     def __init__(self, tokenizer_json: Path, task: Task = Task.EMBED, *,
                  max_input_length: int = 32, labels: dict[int, str] | None = None) -> None:

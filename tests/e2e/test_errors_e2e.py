@@ -312,6 +312,46 @@ def test_first_failing_input_in_request_order_wins(embed_server: Running) -> Non
                 "Validation") == "batch size 33 > maximum allowed batch size 32"  # fmt: skip
 
 
+def test_every_route_answers_its_first_failing_input(serve: Callable[..., Running]) -> None:
+    """TEI's order on the routes that check after tokenizing: an oversized `dimensions` is
+    each input's own (late) check, /tokenize and /decode check input by input after the
+    batch size, and /vertex decodes every instance before running any."""
+    c = serve(Task.EMBED).client
+    too_wide = ("Input validation error: `dimensions` should be smaller than the maximum "
+                "embedding dimension.")  # fmt: skip
+    long = "word " * 60  # over the tiny model's 32 tokens
+    assert _err(c.post("/embed", json={"inputs": ["a", ""], "dimensions": 999}), 422,
+                "Validation") == too_wide  # fmt: skip
+    assert _err(c.post("/embed", json={"inputs": ["", "a"], "dimensions": 999}), 400,
+                "Empty") == "Input validation error: `inputs` cannot be empty"  # fmt: skip
+    assert "less than 32 tokens" in _err(c.post("/embed", json={
+        "inputs": [long, "a"], "dimensions": 999, "truncate": False}), 422, "Validation")
+    r = c.post("/v1/embeddings", json={"input": ["a", ""], "dimensions": 999})
+    assert r.status_code == 422 and r.json()["message"] == too_wide, r.text
+    # /tokenize: an unknown prompt (or an input over the character limit) before an empty one
+    assert "nope" in _err(c.post("/tokenize", json={"inputs": ["x", ""], "prompt_name": "nope"}),
+                          422, "Validation")  # fmt: skip
+    assert _err(c.post("/tokenize", json={"inputs": ["", "x"], "prompt_name": "nope"}), 400,
+                "Empty") == "Input validation error: `inputs` cannot be empty"  # fmt: skip
+    # /decode: the batch size before an empty id list
+    assert _err(c.post("/decode", json={"ids": [[]] + [[5]] * 32}), 422, "Validation") == (
+        "batch size 33 > maximum allowed batch size 32")
+    # /vertex: a malformed instance answers even after one that would fail when run, and
+    # nothing runs
+    before = c.get("/metrics").text
+    bad = c.post("/vertex", json={"instances": [{"inputs": ""}, {"foo": 1}]})
+    assert _err(bad, 422, "Validation").endswith("missing required field `inputs`")
+    assert _count(c.get("/metrics").text, "te_embed_count") == _count(before, "te_embed_count")
+
+
+def _count(metrics: str, name: str) -> float:
+    """A counter's value in a Prometheus text page (0 when it has no sample yet)."""
+    for line in metrics.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_batch_checks_come_before_the_model_type(serve: Callable[..., Running]) -> None:
     c = serve(Task.EMBED).client
     for route, inputs in (("/embed_sparse", ["a"] * 33), ("/predict", [["a"]] * 33)):

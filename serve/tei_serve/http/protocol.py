@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 import msgspec
 from litestar import HttpMethod
 
-from tei_serve.errors import BodyError, EmptyError, ValidationError
+from tei_serve.errors import BodyError, EmptyError
 from tei_serve.serving import Direction
 
 WireDirection = Literal["right", "left", "Right", "Left"]
@@ -292,8 +292,6 @@ def _one(value: Any) -> RawInput:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and _is_ids(value):
-        if any(v < 0 for v in value):
-            raise ValidationError("token ids must be non-negative")
         _check_u32(value)
         return value
     raise BodyError(

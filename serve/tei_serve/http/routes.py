@@ -86,6 +86,8 @@ from tei_serve.serving import (
 T = TypeVar("T")
 Scored = TypeVar("Scored", Rank, Prediction)
 AnyRequest = Request[Any, Any, Any]
+RouteRun = Callable[[AnyRequest, bytes, "Serving | None"], Awaitable[Response[bytes]]]
+"""A route's body handler: the request, its body, the model already picked (None: pick)."""
 JSON = "application/json"
 MODEL_HEADER = "x-model"
 OWNED_BY = "tei-onnx"
@@ -366,30 +368,36 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     async def vertex(request: AnyRequest) -> Response[bytes]:
         """Vertex AI's route, which TEI always registers: each instance is answered as its own
         request (a rerank one where it reads as one, else the model's own route), together;
-        the first failing instance, in order, is the answer."""
+        the first failing instance, in order, is the answer. As in TEI, every instance is
+        decoded before any runs, so a malformed one is the answer and nothing is computed."""
         instances = decode(await body_of(request), VertexRequest).instances
-
-        async def answer(raw: bytes) -> Response[bytes]:
+        calls: list[tuple[RouteRun, bytes, Serving | None]] = []
+        for raw in (bytes(r) for r in instances):
             try:
                 decode(raw, RerankRequest)
             except BodyError:
                 pass
             else:
-                return await run_rerank(request, raw)
+                calls.append((run_rerank, raw, None))
+                continue
             named = _named(raw) if models.several else None
             serving = pick(request, Route.ANY, named)
+            run: RouteRun
+            shape: type[msgspec.Struct]
             match serving.task:
                 case Task.CLASSIFY | Task.RERANK:
-                    return await run_predict(request, raw, serving)
+                    run, shape = run_predict, PredictRequest
                 case Task.SPARSE:
-                    return await run_embed_sparse(request, raw, serving)
+                    run, shape = run_embed_sparse, EmbedAllRequest
                 case Task.EMBED:
-                    return await run_embed(request, raw, serving)
+                    run, shape = run_embed, EmbedRequest
                 case _:
                     assert_never(serving.task)
+            decode(raw, shape)  # raises the instance's body error before anything runs
+            calls.append((run, raw, serving))
 
         answers = await asyncio.gather(
-            *(answer(bytes(raw)) for raw in instances), return_exceptions=True
+            *(run(request, raw, serving) for run, raw, serving in calls), return_exceptions=True
         )
         bodies: list[bytes] = []
         for a in answers:

@@ -64,10 +64,12 @@ def test_duplicate_keys() -> None:
 
 
 def _refused_422(body: bytes, type_: type[Any], parse: Callable[[Any], object]) -> None:
-    """Refused with 422 either while decoding or while reading the ids."""
+    """Refused with 422 either while decoding or while reading the ids, as a body that does
+    not deserialize (TEI's ids are u32)."""
     with pytest.raises(ValidationError) as e:
         parse(decode(body, type_))
     assert e.value.http_status == 422, e.value.message
+    assert e.value.message.startswith("Failed to deserialize the JSON body"), e.value.message
 
 
 def test_huge_token_ids_are_422() -> None:
