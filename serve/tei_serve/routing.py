@@ -44,7 +44,7 @@ class Route(enum.StrEnum):
     TOKENIZE = "tokenize"
     DECODE = "decode"
     ANY = "any"
-    """`/`, `/invocations` and Info: whatever the chosen model does."""
+    """`/`, `/invocations`, `/vertex` and Info: whatever the chosen model does."""
 
     @property
     def label(self) -> str:
@@ -62,7 +62,7 @@ _LABELS: dict[Route, str] = {
     Route.RERANK: "/rerank (gRPC Rerank)",
     Route.TOKENIZE: "/tokenize (gRPC Tokenize)",
     Route.DECODE: "/decode (gRPC Decode)",
-    Route.ANY: "/ and /invocations (gRPC Info)",
+    Route.ANY: "/, /invocations and /vertex (gRPC Info)",
 }
 
 

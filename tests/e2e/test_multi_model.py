@@ -5,7 +5,7 @@ body's `model`, the `x-model` header and gRPC metadata, the 422/404 answers, /v1
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -119,7 +119,7 @@ def test_no_choice_among_several_is_422_naming_them(multi: Multi) -> None:
     _error(c.post("/tokenize", json={"inputs": "hello"}), 422, "`emb`", "`rr`", "`cls`")
     _error(c.post("/decode", json={"ids": [2, 3]}), 422, "several models")
     _error(c.post("/", json={"inputs": "hello"}), 422,
-           "several models can answer / and /invocations (gRPC Info)")  # fmt: skip
+           "several models can answer /, /invocations and /vertex (gRPC Info)")  # fmt: skip
     _error(c.post("/embed_sparse", json={"inputs": "hello"}), 422,
            "no served model can answer /embed_sparse (gRPC EmbedSparse)")  # fmt: skip
 
@@ -267,6 +267,53 @@ def test_grpc_picks_by_the_model_metadata(tokenizer_json: Path, client: Any) -> 
         sick = health.Check(health_pb2.HealthCheckRequest(service="")).status
         assert sick == health_pb2.HealthCheckResponse.NOT_SERVING  # one model down: all down
         assert statuses() == {health_pb2.HealthCheckResponse.SERVING}  # the probe passes
+    finally:
+        r.stop()
+
+
+def test_grpc_names_and_failure_labels_as_http_has_them(tokenizer_json: Path, client: Any) -> None:
+    """`model-bin` names a model whose name is not ASCII; the first name given wins (as
+    HTTP's first `x-model`); a failure after the pick counts under the picked model; a
+    stream naming no served model ends NOT_FOUND even with no message."""
+    pb, stubs = client
+    loaded = [LoadedModel(model=FakeModel(tokenizer_json, task), model_id=f"org/{name}",
+                          served_model_name=name)
+              for name, task in (("café", Task.EMBED), ("cls", Task.CLASSIFY))]  # fmt: skip
+    r = RunningGrpc(build_models(loopback(grpc=True), loaded))
+    try:
+        info = stubs.InfoStub(r.channel)
+        cafe = "café".encode()
+        for metadata, want in (([("model-bin", cafe)], "org/café"),
+                               ([("model", "cls"), ("model-bin", cafe)], "org/cls"),
+                               ([("model-bin", cafe), ("model", "cls")], "org/café"),
+                               ([("model-bin", b"cls"), ("model", "nope")], "org/cls"),
+                               ):  # fmt: skip
+            assert info.Info(pb.InfoRequest(), metadata=metadata).model_id == want, metadata
+        families = r.models.families
+        tok, predict = stubs.TokenizeStub(r.channel), stubs.PredictStub(r.channel)
+        bad_calls: list[tuple[str, Callable[[], object]]] = [
+            ("café", lambda: tok.Tokenize(pb.EncodeRequest(inputs=""),
+                                          metadata=[("model-bin", cafe)])),
+            ("cls", lambda: tok.Decode(pb.DecodeRequest(ids=[]), metadata=[("model", "cls")])),
+            ("café", lambda: stubs.EmbedStub(r.channel).Embed(
+                pb.EmbedRequest(inputs="a", truncation_direction=7),
+                metadata=[("model-bin", cafe)])),
+            ("cls", lambda: predict.PredictPair(pb.PredictPairRequest(inputs=["a", "b", "c"]),
+                                                metadata=[("model", "cls")])),
+        ]  # fmt: skip
+        for name, call in bad_calls:
+            counts = {label: families.counter_value("te_request_failure", label, model=name)
+                      for label in ("validation", "tokenization")}  # fmt: skip
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+            after = {label: families.counter_value("te_request_failure", label, model=name)
+                     for label in counts}  # fmt: skip
+            assert sum(after.values()) == sum(counts.values()) + 1, (name, after)
+        for stream in (stubs.EmbedStub(r.channel).EmbedStream, tok.TokenizeStream):
+            with pytest.raises(grpc.RpcError) as err:
+                list(stream(iter([]), metadata=[("model", "nope")]))
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
     finally:
         r.stop()
 

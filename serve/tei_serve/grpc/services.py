@@ -188,33 +188,38 @@ class _Ranked:
     metadata: Metadata
 
 
-@dataclass(frozen=True)
+@dataclass
 class Call:
     """One call's context and the route it called (`/tei.v1.Embed/EmbedStream`)."""
 
     context: Context
     route: str
+    picked: str | None = None
+    """The served model the call was routed to, once it is: its failures count under it."""
 
     def headers(self) -> dict[str, str]:
         """The call's metadata (a `traceparent` continues the caller's trace)."""
         return {k: v for k, v in self.context.invocation_metadata() or () if isinstance(v, str)}
 
     def model(self) -> str | None:
-        """The served model the call names (its `model` metadata), if any."""
-        return self.headers().get(MODEL_KEY)
+        """The served model the call names (its `model` metadata, or `model-bin` for a name
+        that is not ASCII), if any; the first one given, as HTTP reads `x-model`."""
+        return self._text(MODEL_KEY)
 
     def instruction(self) -> str | None:
         """The instruction the call sets for a generative reranker, if any."""
-        for key, value in self.context.invocation_metadata() or ():
-            if key == INSTRUCTION_KEY and isinstance(value, str):
+        return self._text(INSTRUCTION_KEY)
+
+    def _text(self, key: str) -> str | None:
+        """The first `key` (ASCII text) or `key-bin` (UTF-8 bytes) metadata value."""
+        for name, value in self.context.invocation_metadata() or ():
+            if name == key and isinstance(value, str):
                 return value
-            if key == f"{INSTRUCTION_KEY}-bin" and isinstance(value, bytes):
+            if name == f"{key}-bin" and isinstance(value, bytes):
                 try:
                     return value.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise ValidationError(
-                        f"`{INSTRUCTION_KEY}-bin` metadata is not UTF-8: {e}"
-                    ) from e
+                    raise ValidationError(f"`{key}-bin` metadata is not UTF-8: {e}") from e
         return None
 
 
@@ -228,33 +233,28 @@ class TeiServices:
         self.message_limit = message_limit(self.models.settings.payload_limit)
 
     def pick(self, route: Route, call: Call) -> Serving:
-        return self.models.pick(route, call.model())
-
-    @staticmethod
-    def instruction(call: Call, serving: Serving) -> str | None:
-        """The call's instruction; a bad one is counted under the model it was for."""
-        try:
-            return call.instruction()
-        except TeiError as e:
-            e.model = serving.served_model_name
-            raise
+        serving = self.models.pick(route, call.model())
+        call.picked = serving.served_model_name
+        return serving
 
     # -- the error path and the record path -----------------------------------------------
 
-    async def fail(self, route: str, context: Context, err: TeiError) -> NoReturn:
+    async def fail(self, call: Call, err: TeiError) -> NoReturn:
         """End the call with the error's gRPC code and text, counted and logged as HTTP
-        counts and logs it."""
-        observe.log_failure(route, err, err.grpc_code.name)
+        counts and logs it: under the model the call was routed to, once it was."""
+        if err.model is None:
+            err.model = call.picked
+        observe.log_failure(call.route, err, err.grpc_code.name)
         if err.failure_label is not None:
             self.models.families.failure(err.failure_label, model=err.model)
-        await context.abort(grpc.StatusCode[err.grpc_code.name], err.message)
+        await call.context.abort(grpc.StatusCode[err.grpc_code.name], err.message)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
-    async def answered(self, route: str, context: Context, work: Awaitable[Resp]) -> Resp:
+    async def answered(self, call: Call, work: Awaitable[Resp]) -> Resp:
         try:
             return await work
         except TeiError as e:
-            await self.fail(route, context, e)
+            await self.fail(call, e)
 
     def observed(
         self, call: Call, serving: Serving, work: Awaitable[observe.R], *, handler: str,
@@ -266,19 +266,22 @@ class TeiServices:
         )  # fmt: skip
 
     async def streamed(
-        self,
-        route: str,
-        requests: AsyncIterator[Req],
-        context: Context,
-        answer: Callable[[Req], Awaitable[Resp]],
+        self, call: Call, requests: AsyncIterator[Req], answer: Callable[[Req], Awaitable[Resp]]
     ) -> AsyncGenerator[Resp, None]:
         try:
+            self.known_model(call)
             async for response in answer_in_order(
                 requests, lambda r: waiting_for_permits(answer(r)), window=self.window
             ):
                 yield response
         except TeiError as e:
-            await self.fail(route, context, e)
+            await self.fail(call, e)
+
+    def known_model(self, call: Call) -> None:
+        """A stream naming a model that is not served ends NOT_FOUND even with no message
+        (each message picks its model, for its own route, as it comes)."""
+        if self.models.several and call.model():
+            self.models.described(call.model())
 
     async def send_timing(self, context: Context, response: Any) -> None:
         """TEI's x-* headers as the response metadata of an answer that carries `Metadata`
@@ -308,6 +311,7 @@ class TeiServices:
 
     async def _embed(self, req: pb.EmbedRequest, call: Call) -> pb.EmbedResponse:
         normalize = _optional(req, "normalize")
+        serving = self.pick(Route.EMBED, call)
         q = EmbedQuery(
             inputs=[req.inputs], truncate=req.truncate,
             truncation_direction=direction(req.truncation_direction),
@@ -315,7 +319,6 @@ class TeiServices:
             normalize=True if normalize is None else normalize,
             dimensions=_optional(req, "dimensions"),
         )  # fmt: skip
-        serving = self.pick(Route.EMBED, call)
         r = await self.observed(call, serving, serving.embed(q), handler="embed",
                                 family="embed", n=1)  # fmt: skip
         return pb.EmbedResponse(embeddings=r.vectors[0], metadata=metadata_message(r.metadata))
@@ -343,12 +346,13 @@ class TeiServices:
     # -- Predict ----------------------------------------------------------------------------
 
     async def _predict_one(
-        self, item: PredictInput, req: pb.PredictRequest | pb.PredictPairRequest, call: Call
+        self, inputs: str | list[str], req: pb.PredictRequest | pb.PredictPairRequest, call: Call
     ) -> pb.PredictResponse:
         serving = self.pick(Route.PREDICT, call)
+        item = inputs if isinstance(inputs, str) else predict_input(inputs)
         q = PredictQuery(inputs=[item], truncate=req.truncate, raw_scores=req.raw_scores,
                          truncation_direction=direction(req.truncation_direction),
-                         instruction=self.instruction(call, serving))  # fmt: skip
+                         instruction=call.instruction())  # fmt: skip
         r = await self.observed(call, serving, serving.predict(q), handler="predict",
                                 family="predict", n=1)  # fmt: skip
         predictions = [pb.Prediction(score=p.score, label=p.label) for p in r.predictions[0]]
@@ -360,7 +364,7 @@ class TeiServices:
     async def _predict_pair(
         self, req: pb.PredictPairRequest, call: Call
     ) -> pb.PredictResponse:
-        return await self._predict_one(predict_input(list(req.inputs)), req, call)
+        return await self._predict_one(list(req.inputs), req, call)
 
     # -- Rerank -----------------------------------------------------------------------------
 
@@ -370,7 +374,7 @@ class TeiServices:
             query=req.query, texts=list(req.texts), truncate=req.truncate,
             truncation_direction=direction(req.truncation_direction),
             raw_scores=req.raw_scores, return_text=req.return_text,
-            instruction=self.instruction(call, serving),
+            instruction=call.instruction(),
         )  # fmt: skip
 
         async def ranked() -> Ranks:
@@ -394,9 +398,9 @@ class TeiServices:
             serving = self.pick(Route.RERANK, call)
             if serving.task is not Task.RERANK:  # TEI checks before reading the stream
                 raise not_a_reranker(serving.task)
-            instruction = self.instruction(call, serving)
+            instruction = call.instruction()
         except TeiError as e:
-            await self.fail(call.route, context, e)
+            await self.fail(call, e)
         first: list[pb.RerankStreamRequest] = []
 
         async def score(message: pb.RerankStreamRequest) -> tuple[float, str, Metadata]:
@@ -428,7 +432,7 @@ class TeiServices:
             r = await self.observed(call, serving, rank_all(), handler="rerank",
                                     family="predict", n=0, method="batch")  # fmt: skip
         except TeiError as e:
-            await self.fail(call.route, context, e)
+            await self.fail(call, e)
         serving.metrics.inc("te_predict_success", by=len(r.ranks))
         response = pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
         await self.send_timing(context, response)
@@ -437,9 +441,9 @@ class TeiServices:
     # -- Tokenize ---------------------------------------------------------------------------
 
     async def _tokenize(self, req: pb.EncodeRequest, call: Call) -> pb.EncodeResponse:
+        serving = self.pick(Route.TOKENIZE, call)
         q = TokenizeQuery(inputs=[req.inputs], add_special_tokens=req.add_special_tokens,
                           prompt_name=_optional(req, "prompt_name"))  # fmt: skip
-        serving = self.pick(Route.TOKENIZE, call)
         [tokens] = (await serving.tokenize(q)).tokens
 
         def message() -> pb.EncodeResponse:
@@ -465,10 +469,12 @@ class TeiServices:
         response: type[Any],
     ) -> grpc.RpcMethodHandler[Any, Any]:
         async def behaviour(req: Req | Malformed, context: Context) -> Resp:
-            async def decoded_then_answered() -> Resp:
-                return await fn(_decoded(req), Call(context, route))
+            call = Call(context, route)
 
-            answer = await self.answered(route, context, decoded_then_answered())
+            async def decoded_then_answered() -> Resp:
+                return await fn(_decoded(req), call)
+
+            answer = await self.answered(call, decoded_then_answered())
             await self.send_timing(context, answer)
             return answer
 
@@ -483,9 +489,7 @@ class TeiServices:
         async def behaviour(requests: AsyncIterator[Req], context: Context) -> AsyncIterator[Resp]:
             # grpc.aio tells a streaming handler by `inspect.isasyncgenfunction`
             call = Call(context, route)
-            async for answer in self.streamed(
-                route, requests, context, lambda req: fn(_decoded(req), call)
-            ):
+            async for answer in self.streamed(call, requests, lambda req: fn(_decoded(req), call)):
                 yield answer
 
         return grpc.stream_stream_rpc_method_handler(
