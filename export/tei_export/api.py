@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from importlib import metadata
@@ -45,6 +46,12 @@ from tei_runtime.staging import remove_abandoned, staging_folder
 
 # The artifact is built in `.<output name>.partial-<random>` beside the output.
 PARTIAL_TAG = "partial-"
+# Rewritten checkpoint copies (a hub layout's native weights, a converted tokenizer) go in
+# `.<output name>.scratch-<random>`, removed when the export ends, however it ends.
+SCRATCH_TAG = "scratch-"
+# --overwrite moves the earlier artifact to `.<output name>.replaced-<random>` until the new
+# one is in place.
+REPLACED_TAG = "replaced-"
 
 
 class _Graph(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,10 +90,10 @@ def _prepare_output(output_dir: Path, overwrite: bool) -> Path | None:
     """Check OUTPUT_DIR can be written (and replaced, with --overwrite) before any work, and
     create its missing parents; returns the topmost folder created, to remove on failure."""
     if output_dir.exists():
-        if not overwrite:
-            raise ExportError(f"{output_dir} already exists (pass --overwrite to replace it)")
         if not output_dir.is_dir():
             raise ExportError(f"{output_dir} is a file; the output is an artifact folder")
+        if not overwrite:
+            raise ExportError(f"{output_dir} already exists (pass --overwrite to replace it)")
         # --overwrite replaces an earlier artifact, never a folder of other things.
         if any(output_dir.iterdir()) and not (output_dir / MANIFEST_NAME).is_file():
             raise ExportError(
@@ -145,53 +152,82 @@ def export_model(
         progress = Progress(quiet=quiet)
         if quiet:
             _silence_library_progress()
-        with progress.stage("resolve"):
-            source = resolve(
-                model,
-                revision=revision,
-                token=token,
-                cache_dir=cache_dir,
-                trust_remote_code=trust_remote_code,
-            )
-            if source.path.resolve().is_relative_to(output_dir):
-                raise ExportError(
-                    f"{output_dir} holds the checkpoint {source.path}; write the artifact "
-                    f"elsewhere"
-                )
-            staged = hub_layouts.stage_native(source.path, output_dir.parent, adapter=adapter)
-        try:
-            if staged is not None:
-                progress.note(
-                    "hub layout mapped onto transformers' native class; no hub code runs"
-                )
-                _note_adapters(progress, source.path, adapter)
-                source = msgspec.structs.replace(source, path=staged, adapter=adapter)
-            if tokenizer_json.needs_conversion(source.path):
-                with progress.stage("tokenizer"):
-                    if staged is None:
-                        staged = tokenizer_json.stage_with_tokenizer_json(
-                            source.path, output_dir.parent
-                        )
-                        source = msgspec.structs.replace(source, path=staged)
-                    else:
-                        tokenizer_json.convert(staged, staged)
-                progress.note(
-                    "no tokenizer.json in the checkpoint: converted its tokenizer files with "
-                    "transformers' fast tokenizer"
-                )
-            if (source.path / tokenizer_json.TOKENIZER_JSON).is_file():
-                tokenizer_json.check_loads(source.path)
-            return _export(
-                source, output_dir, progress, task=task, pooling=pooling,
-                precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
-                external_data=external_data, dense_path=dense_path,
-            )  # fmt: skip
-        finally:
-            if staged is not None:
-                shutil.rmtree(staged, ignore_errors=True)
+        # What an export killed outright (SIGKILL, the OOM killer) left beside this output.
+        for tag in (PARTIAL_TAG, SCRATCH_TAG, REPLACED_TAG):
+            for stale in remove_abandoned(output_dir, tag):
+                progress.note(f"removed {stale.name}, left by an export that was killed")
+        with staging_folder(output_dir, SCRATCH_TAG) as scratch:
+            try:
+                return _export_staged(
+                    model, output_dir, scratch, progress, revision=revision, token=token,
+                    cache_dir=cache_dir, task=task, pooling=pooling, precisions=precisions,
+                    trust_remote_code=trust_remote_code, opset=opset,
+                    external_data=external_data, dense_path=dense_path, adapter=adapter,
+                )  # fmt: skip
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
     except BaseException:
         _remove_created(created)
         raise
+
+
+def _export_staged(
+    model: str,
+    output_dir: Path,
+    scratch: Path,
+    progress: Progress,
+    *,
+    revision: str | None,
+    token: str | None,
+    cache_dir: Path | None,
+    task: Task | None,
+    pooling: Pooling | str | None,
+    precisions: list[Precision] | list[str] | None,
+    trust_remote_code: bool,
+    opset: int,
+    external_data: bool,
+    dense_path: str | None,
+    adapter: str | None,
+) -> Path:
+    """export_model's work, with SCRATCH (removed by the caller) for rewritten copies."""
+    with progress.stage("resolve"):
+        source = resolve(
+            model,
+            revision=revision,
+            token=token,
+            cache_dir=cache_dir,
+            trust_remote_code=trust_remote_code,
+        )
+        if source.path.resolve().is_relative_to(output_dir):
+            raise ExportError(
+                f"{output_dir} holds the checkpoint {source.path}; write the artifact "
+                f"elsewhere"
+            )
+        staged = hub_layouts.stage_native(source.path, scratch, adapter=adapter)
+    if staged is not None:
+        progress.note(
+            "hub layout mapped onto transformers' native class; no hub code runs"
+        )
+        _note_adapters(progress, source.path, adapter)
+        source = msgspec.structs.replace(source, path=staged, adapter=adapter)
+    if tokenizer_json.needs_conversion(source.path):
+        with progress.stage("tokenizer"):
+            if staged is None:
+                staged = tokenizer_json.stage_with_tokenizer_json(source.path, scratch)
+                source = msgspec.structs.replace(source, path=staged)
+            else:
+                tokenizer_json.convert(staged, staged)
+        progress.note(
+            "no tokenizer.json in the checkpoint: converted its tokenizer files with "
+            "transformers' fast tokenizer"
+        )
+    if (source.path / tokenizer_json.TOKENIZER_JSON).is_file():
+        tokenizer_json.check_loads(source.path)
+    return _export(
+        source, output_dir, progress, task=task, pooling=pooling,
+        precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
+        external_data=external_data, dense_path=dense_path,
+    )  # fmt: skip
 
 
 def _note_adapters(progress: Progress, checkpoint: Path, adapter: str | None) -> None:
@@ -268,23 +304,34 @@ def _export(
     if plan.card.fusion.attention_unfused_reason:
         progress.note(f"attention stays unfused: {plan.card.fusion.attention_unfused_reason}")
 
-    # What an export killed outright (SIGKILL, the OOM killer) left beside this output.
-    for stale in remove_abandoned(output_dir, PARTIAL_TAG):
-        progress.note(f"removed {stale.name}, left by an export that was killed")
     with staging_folder(output_dir, PARTIAL_TAG) as work:
         try:
             manifest = _build(
                 plan, source, checkpoint, work, progress, trust_remote_code, external_data
             )
             publish_tree(work)  # mkdtemp made it 0700: readable by the serving user too
-            if output_dir.exists():
-                shutil.rmtree(output_dir)
-            work.rename(output_dir)
+            _move_into_place(work, output_dir)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
     progress.summary(manifest, output_dir)
     return output_dir
+
+
+def _move_into_place(work: Path, output_dir: Path) -> None:
+    """Rename WORK to OUTPUT_DIR; an artifact already there (--overwrite) is set aside first
+    and put back if the rename fails, so an interrupted export leaves the old one whole."""
+    if not output_dir.exists():
+        work.rename(output_dir)
+        return
+    aside = output_dir.with_name(f".{output_dir.name}.{REPLACED_TAG}{secrets.token_hex(6)}")
+    output_dir.rename(aside)
+    try:
+        work.rename(output_dir)
+    except BaseException:
+        aside.rename(output_dir)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _build(

@@ -158,6 +158,22 @@ def make_plan(
             f"{checkpoint.path}: {checkpoint.architecture} has no classification head; "
             f"--task {task.value} needs a *ForSequenceClassification checkpoint"
         )
+    if task is Task.RERANK and not generative and len(checkpoint.labels) > 1:
+        # TEI serves a one-label head as a reranker and a several-label one as a classifier;
+        # a reranker's score is one relevance logit, so label 0 alone would be a wrong score.
+        raise ExportError(
+            f"{checkpoint.path}: --task rerank needs a one-label head (a relevance logit); "
+            f"this one has {len(checkpoint.labels)} labels: export it with --task classify"
+        )
+    if (
+        task is Task.SPARSE
+        and checkpoint.architecture != "unknown"
+        and not checkpoint.architecture.endswith("ForMaskedLM")
+    ):
+        raise ExportError(
+            f"{checkpoint.path}: {checkpoint.architecture} has no masked-LM head; --task "
+            f"sparse (SPLADE) needs a *ForMaskedLM checkpoint"
+        )
     generative_rerank = _generative_rerank(card, checkpoint) if generative else None
     head = Head.CAUSAL_LM if generative else _head(task)
     if head not in card.heads:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,11 +136,12 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = _auto_class(plan.head).from_pretrained(
+            model, loading = _auto_class(plan.head).from_pretrained(
                 str(path),
                 trust_remote_code=trust_remote_code,
                 attn_implementation=plan.card.attn_implementation,
                 dtype=torch.float32,
+                output_loading_info=True,
             )
     except Exception as e:  # safetensors, pickle and config errors have no common base
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -148,6 +149,13 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
             reason = "a weight's shape does not match config.json (transformers' load report "
             reason += "names it; --quiet hides that report)"
         raise ExportError(f"{path}: cannot load the weights: {reason}") from e
+    missing = needed_but_missing(loading.get("missing_keys", ()), plan.head)
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ExportError(
+            f"{path}: the checkpoint lacks weights the model needs (transformers would fill them "
+            f"with random values): {', '.join(missing[:5])}{more}"
+        )
     _restore_init_buffers(model)
     model.eval()
     answer_head = None
@@ -169,6 +177,15 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
                 reason = " ".join(str(e).split())
                 raise ExportError(f"{folder}: cannot load the Dense module ({reason})") from e
     return ExportModule(model, plan, dense, answer_head).eval()
+
+
+def needed_but_missing(missing: Iterable[str], head: Head) -> list[str]:
+    """The weights transformers reports missing from a checkpoint that the exported graph
+    would use. A bare encoder's pooler is not used (pooling reads the hidden states), and
+    embedding checkpoints often ship without it."""
+    if head is not Head.BASE:
+        return sorted(missing)
+    return sorted(k for k in missing if ".pooler." not in f".{k}")
 
 
 def _restore_init_buffers(model: Any) -> None:

@@ -38,8 +38,8 @@ def _assert_failed_cleanly(
         assert word in lines[0]
     assert not out.exists()
     siblings = list(out.parent.iterdir()) if out.parent.is_dir() else []
-    leftovers = [p.name for p in siblings if ".partial-" in p.name]
-    assert leftovers == []
+    leftovers = [p.name for p in siblings if p.name.startswith(f".{out.name}.")]
+    assert leftovers == []  # no partial artifact, scratch copy or set-aside artifact
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +117,28 @@ def test_garbage_weights(tmp_path: Path, tiny_bert: Path) -> None:
     (checkpoint / "model.safetensors").write_bytes(b"\x00" * 4096)
     out = tmp_path / "out" / "artifact"
     _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "cannot load the weights")
+
+
+def test_missing_weights_are_named_not_filled_with_noise(tmp_path: Path, tiny_bert: Path) -> None:
+    """transformers fills a weight the checkpoint lacks with random values; the export would
+    then ship noise (or fail validation, blaming itself). The error names the weights."""
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    weights = load_file(checkpoint / "model.safetensors")
+    gone = sorted(k for k in weights if k.endswith("attention.self.query.weight"))[-1]
+    save_file({k: v for k, v in weights.items() if k != gone}, checkpoint / "model.safetensors",
+              metadata={"format": "pt"})  # fmt: skip
+    out = tmp_path / "out" / "artifact"
+    name = gone.removeprefix("bert.")
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out), "--variants", "fp32"), out,
+                           "lacks weights", name)  # fmt: skip
+    # A bare encoder's unused pooler may be missing (embedding checkpoints often lack it).
+    pooler = {k: v for k, v in weights.items() if ".pooler." not in f".{k}"}
+    if len(pooler) < len(weights):
+        save_file(pooler, checkpoint / "model.safetensors", metadata={"format": "pt"})
+        done = _cli(str(checkpoint), str(out), "--variants", "fp32")
+        assert done.returncode == 0, done.stderr
 
 
 def test_remote_code_needs_the_flag(tmp_path: Path, tiny_bert: Path) -> None:
@@ -213,6 +235,19 @@ def test_quiet_export_prints_nothing(tmp_path: Path, tiny_bert: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert (out / "manifest.json").is_file()
+
+
+def test_what_a_killed_export_left_is_swept_by_the_next(tmp_path: Path, tiny_bert: Path) -> None:
+    """SIGKILL leaves the scratch copies (a hub layout's native weights, a converted
+    tokenizer) and an artifact set aside by --overwrite; the next export into the same place
+    removes them (no process holds their lock any more)."""
+    out = tmp_path / "artifact"
+    for name in (".artifact.scratch-dead", ".artifact.replaced-dead", ".artifact.partial-dead"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"x" * 1024)
+    result = _cli(str(tiny_bert), str(out), "--variants", "fp32")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]
 
 
 def test_sigterm_mid_export_leaves_nothing(tmp_path: Path, tiny_bert: Path) -> None:

@@ -279,6 +279,23 @@ def test_a_head_task_on_a_model_without_one_is_refused(tmp_path: Path, task: Tas
         make_plan(checkpoint, task=task)
 
 
+def test_a_task_the_head_cannot_answer_is_refused_at_plan_time(tmp_path: Path) -> None:
+    """A several-label classifier is no reranker (TEI serves it as a classifier), and SPLADE
+    needs the masked-LM head: both refused before any weight is loaded."""
+    labels = {"id2label": {"0": "neg", "1": "neu", "2": "pos"}}
+    cls = {**BERT, "architectures": ["BertForSequenceClassification"], **labels}
+    checkpoint = read_checkpoint(_folder(tmp_path / "cls", cls))
+    with pytest.raises(ExportError, match=r"one-label head.*3 labels.*--task classify"):
+        make_plan(checkpoint, task=Task.RERANK)
+    assert make_plan(checkpoint, task=Task.CLASSIFY).task is Task.CLASSIFY
+    one = {**BERT, "architectures": ["BertForSequenceClassification"],
+           "id2label": {"0": "LABEL_0"}}  # fmt: skip
+    assert make_plan(read_checkpoint(_folder(tmp_path / "rr", one)), task=Task.RERANK).task is (
+        Task.RERANK)
+    with pytest.raises(ExportError, match=r"BertModel has no masked-LM head"):
+        make_plan(read_checkpoint(_folder(tmp_path / "m", BERT)), task=Task.SPARSE)
+
+
 def test_pooling_flag_overrides_the_checkpoint(tmp_path: Path) -> None:
     checkpoint = read_checkpoint(
         _folder(tmp_path / "m", BERT, files=_st_files("pooling_mode_mean_tokens"))
