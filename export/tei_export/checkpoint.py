@@ -166,6 +166,11 @@ def read_checkpoint(path: Path) -> Checkpoint:
         match kind.rsplit(".", 1)[-1]:
             case "Pooling":
                 pooling = _pooling(folder)
+                if pooling is None:  # sentence-transformers itself refuses such a folder
+                    raise ExportError(
+                        f"{folder / 'config.json'}: modules.json lists a Pooling module there, "
+                        f"but it has no config.json"
+                    )
             case "Normalize":
                 normalize = True
             case "Dense":

@@ -296,6 +296,18 @@ def test_a_task_the_head_cannot_answer_is_refused_at_plan_time(tmp_path: Path) -
         make_plan(read_checkpoint(_folder(tmp_path / "m", BERT)), task=Task.SPARSE)
 
 
+def test_a_pooling_module_without_its_config_is_refused(tmp_path: Path) -> None:
+    """modules.json naming a Pooling folder that is not there: sentence-transformers refuses
+    to load it, so no family default stands in for it."""
+    modules = [{"idx": 0, "name": "0", "path": "",
+                "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling",
+                "type": "sentence_transformers.models.Pooling"}]  # fmt: skip
+    folder = _folder(tmp_path / "m", BERT, files={"modules.json": modules})
+    with pytest.raises(ExportError, match=r"1_Pooling/config.json: modules.json lists a Pooling"):
+        read_checkpoint(folder)
+
+
 def test_pooling_flag_overrides_the_checkpoint(tmp_path: Path) -> None:
     checkpoint = read_checkpoint(
         _folder(tmp_path / "m", BERT, files=_st_files("pooling_mode_mean_tokens"))
