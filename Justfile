@@ -24,7 +24,7 @@ setup:
     "{{bin}}/pip" install --quiet -c constraints.txt -e ".[export,default-model,dev,ray]"
     echo "$want" > "$stamp"
 
-# ruff over everything, mypy --strict over the three packages.
+# ruff over everything, mypy --strict over every package pyproject.toml lists.
 lint: setup
     "{{bin}}/ruff" check .
     "{{bin}}/mypy"
@@ -68,8 +68,8 @@ bench-infinity:
     bench/.venv-infinity/bin/pip install --quiet torch==2.13.0
     bench/.venv-infinity/bin/pip install --quiet 'infinity-emb[server,optimum,torch]==0.0.78' torch==2.13.0
 
-# The fastembed venv the benchmark runs fastembed from (its own: it pins huggingface_hub<2); the
-# same onnxruntime, numpy and tokenizers as ours, msgspec for the bench's worker.
+# Same onnxruntime, numpy and tokenizers as ours, msgspec for the bench's worker; its own venv.
+# The fastembed venv the benchmark runs fastembed from (fastembed pins huggingface_hub<2).
 bench-fastembed:
     python3 -m venv bench/.venv-fastembed
     bench/.venv-fastembed/bin/pip install --quiet fastembed==0.9.1 onnxruntime==1.32.0 \

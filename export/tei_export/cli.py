@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tei-export: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except ImportError as e:  # a serving-only install ships this module, not its stack
+        print(f"tei-export: error: the exporter needs {e.name or e}, which is not installed: "
+              f"install tei-onnx with its `export` extra (from a checkout: "
+              f"pip install '.[export]')", file=sys.stderr)  # fmt: skip
+        return 1
 
     # Python's default for SIGTERM ends the process at once, leaving the partial folder.
     # Only the main thread may set a handler (an in-process caller on another keeps its own).

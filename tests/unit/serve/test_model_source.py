@@ -168,7 +168,8 @@ def test_pooling_on_an_artifact_is_left_to_the_load(
 
 def test_missing_exporter_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hide_package(monkeypatch, "tei_export")
-    with pytest.raises(model_source.ModelSourceError, match=r"tei-onnx\[export\]"):
+    wanted = r"`export` extra.*pip install '\.\[export\]'"
+    with pytest.raises(model_source.ModelSourceError, match=wanted):
         model_source.resolve("org/model", cache_dir=str(tmp_path))
 
 
