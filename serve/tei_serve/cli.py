@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import logging.handlers
+import resource
 import signal
 import sys
 import threading
@@ -283,6 +284,23 @@ def uvicorn_config(front: Serving | Models) -> uvicorn.Config:
     )
 
 
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit on open files to its hard one, as servers do (Go and
+    Rust runtimes, nginx): every connection is a descriptor, and a soft limit of 1024 (a
+    common default) would refuse clients at ~1000 connections. Returns the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY:
+        return soft if soft != resource.RLIM_INFINITY else hard
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as e:  # a sandbox may refuse; the old limit stands
+            log.debug("could not raise the open-file limit from %d to %d: %s", soft, hard, e)
+            return soft
+        return hard
+    return soft
+
+
 def serve(served: Serving | Models) -> bool:
     """Serve until SIGTERM/SIGINT; False when the server could not start.
 
@@ -344,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "or above, or grant NET_BIND_SERVICE (or the net.ipv4.ip_unprivileged_port_start "
             "sysctl)", settings.port,
         )
+    raise_open_file_limit()
     for flag in settings.compatibility_only():
         log.warning("%s is accepted for compatibility with TEI and has no effect", flag)
     if settings.disable_spans and settings.otlp_endpoint:

@@ -5,13 +5,17 @@ is closed after its answer."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+import pytest
+
 from support.loopback_server import Running
 from tei_runtime.manifest import Task
+from tei_serve.http.connection import KeepAliveHttp10Protocol
 
 
 def _request(version: bytes = b"1.1", headers: bytes = b"", body: bytes = b'{"inputs": "hello"}'
@@ -104,3 +108,69 @@ def test_an_http10_answer_that_must_close_says_so_once(serve: Callable[..., Runn
         assert [line for line in head.split(b"\r\n") if line.startswith(b"connection:")] == [
             b"connection: close"]
         assert _closed(sock)
+
+
+def _deadlines(monkeypatch: pytest.MonkeyPatch, read: float, write: float) -> None:
+    monkeypatch.setattr(KeepAliveHttp10Protocol, "request_read_seconds", read)
+    monkeypatch.setattr(KeepAliveHttp10Protocol, "stalled_write_seconds", write)
+
+
+def test_slow_and_silent_connections_are_closed(
+    serve: Callable[..., Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request must arrive whole within the read deadline: a socket that never sends is
+    closed (no answer: it asked nothing), one trickling its headers gets 408, one trickling
+    its body is closed; a request sent in time on the same kind of socket is answered, and
+    so is the next one after an idle keep-alive pause longer than the deadline."""
+    _deadlines(monkeypatch, read=1.0, write=60.0)
+    r = serve(Task.EMBED)
+    url = urlsplit(r.url)
+    address = (url.hostname, url.port)
+    with socket.create_connection(address, timeout=10) as silent, \
+            socket.create_connection(address, timeout=10) as headers, \
+            socket.create_connection(address, timeout=10) as body, \
+            socket.create_connection(address, timeout=10) as prompt:  # fmt: skip
+        headers.sendall(_REQUEST[:20])
+        body.sendall(_REQUEST[:-5])
+        prompt.sendall(_REQUEST)
+        assert _answer(prompt).startswith(b"HTTP/1.1 200")
+        time.sleep(1.5)  # idle between requests: the keep-alive timer's, not this deadline
+        prompt.sendall(_REQUEST)
+        assert _answer(prompt).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        assert silent.recv(100) == b""
+        assert headers.recv(100).startswith(b"HTTP/1.1 408 Request Timeout")
+        assert _closed(headers)
+        assert body.recv(100) == b""
+        assert time.monotonic() - started < 5
+    # nothing of the abandoned body's request is left holding a permit
+    assert r.client.post("/embed", json={"inputs": "hello"}).status_code == 200
+
+
+def test_an_answer_nobody_reads_is_dropped(
+    serve: Callable[..., Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that stops reading: once its socket accepts nothing for the write deadline,
+    the connection is cut and its buffered answer freed."""
+    _deadlines(monkeypatch, read=60.0, write=1.0)
+    stalled: list[bool] = []
+    real = KeepAliveHttp10Protocol._write_stalled
+
+    def recording(self: KeepAliveHttp10Protocol) -> None:
+        real(self)
+        stalled.append(self.transport.is_closing())
+
+    monkeypatch.setattr(KeepAliveHttp10Protocol, "_write_stalled", recording)
+    r = serve(Task.EMBED)
+    url = urlsplit(r.url)
+    texts = ["a " * 3500] * 32  # some MB of tokens and offsets
+    big = _request(body=json.dumps({"inputs": texts}).encode()).replace(b"/embed", b"/tokenize")
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(big * 4)  # answers pile up unread, past the socket buffers
+        deadline = time.monotonic() + 30
+        while not stalled and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Cut (what the kernel already holds still trickles out; the process holds none).
+        assert stalled == [True], "the stalled answer was never cut"
+    assert r.client.post("/embed", json={"inputs": "hello"}).status_code == 200

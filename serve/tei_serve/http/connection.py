@@ -9,15 +9,27 @@ only by its length or by the close).
 
 It leans on two attributes of uvicorn's request cycle (`keep_alive`, `send`): without them it
 changes nothing, and tests/e2e/test_connections.py fails; uvicorn is pinned in constraints.txt.
+
+It also bounds how long a client may hold a connection without doing its part, which uvicorn
+does not (its only timer is the keep-alive between requests): a request must arrive whole,
+headers and body, within `request_read_seconds` of the connection opening or of the request's
+first byte (else 408 while its headers are coming in, a close otherwise), and an answer the client
+stops reading is dropped once the socket has accepted nothing for `stalled_write_seconds`.
+Without that, idle or trickling sockets (slowloris) hold file descriptors until the process
+runs out of them, and each client that never reads holds its whole answer in memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _KEEP_ALIVE = (b"connection", b"keep-alive")
+_REQUEST_TIMEOUT = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+)
 
 
 def asks_keep_alive(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -36,9 +48,80 @@ def has_length(headers: list[tuple[bytes, bytes]]) -> bool:
 
 class KeepAliveHttp10Protocol(HttpToolsProtocol):
     """`HttpToolsProtocol`, and an HTTP/1.0 request with `Connection: keep-alive` keeps its
-    connection when its answer has a length (`connection: keep-alive` in that answer)."""
+    connection when its answer has a length (`connection: keep-alive` in that answer); with
+    the read and write deadlines above."""
+
+    request_read_seconds = 60.0
+    """From the connection (or a request's first byte) to the end of the request's body."""
+    stalled_write_seconds = 60.0
+    """How long an answer may wait on a client that reads none of it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_deadline: asyncio.TimerHandle | None = None
+        self._write_deadline: asyncio.TimerHandle | None = None
+        self._in_headers = False
+        """A request has begun and its headers are not all in yet."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_read_deadline()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers = True
+        self._arm_read_deadline()
+
+    def on_message_complete(self) -> None:
+        self._cancel(self._read_deadline)
+        self._read_deadline = None
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel(self._read_deadline)
+        self._cancel(self._write_deadline)
+        self._read_deadline = self._write_deadline = None
+        super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_deadline is None:
+            self._write_deadline = self.loop.call_later(
+                self.stalled_write_seconds, self._write_stalled
+            )
+
+    def resume_writing(self) -> None:
+        self._cancel(self._write_deadline)
+        self._write_deadline = None
+        super().resume_writing()
+
+    def _arm_read_deadline(self) -> None:
+        self._cancel(self._read_deadline)
+        self._read_deadline = self.loop.call_later(self.request_read_seconds, self._read_late)
+
+    def _read_late(self) -> None:
+        self._read_deadline = None
+        if self.transport.is_closing():
+            return
+        if self._in_headers:
+            self.transport.write(_REQUEST_TIMEOUT)
+        # A connection that never sent a byte is closed as an idle one is (a 408 there could
+        # be read as the answer to a request sent meanwhile); mid-body, the handler sees the
+        # client as gone (its body read ends, its work is dropped).
+        self.transport.close()
+
+    def _write_stalled(self) -> None:
+        self._write_deadline = None
+        if not self.transport.is_closing():
+            self.transport.abort()  # drops the buffered answer; close() would wait to send it
+
+    @staticmethod
+    def _cancel(timer: asyncio.TimerHandle | None) -> None:
+        if timer is not None:
+            timer.cancel()
 
     def on_headers_complete(self) -> None:
+        self._in_headers = False
         super().on_headers_complete()
         cycle = self.cycle
         # The cycle is this request's only if the parent made one (an upgrade returns early);
