@@ -14,12 +14,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import importlib.util
 import logging
+import multiprocessing
 import os
 import re
+import signal
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import msgspec
@@ -229,37 +233,108 @@ def export(
     options: ExportOptions,
     overwrite: bool = False,
 ) -> Path:
-    try:
-        from tei_export.api import export_model  # type: ignore[import-untyped,unused-ignore]
-    except ImportError as e:
+    """Export MODEL into OUT in a child process: torch, transformers and the traced model
+    then leave with it, where in this process they would stay for as long as it serves
+    (measured, all-MiniLM-L6-v2 exported on first start: 1.03 GB RSS while serving after an
+    in-process export, 0.69 GB with malloc_trim, 0.27 GB from a cached export)."""
+    if importlib.util.find_spec("tei_export.api") is None or not exporter_installed():
         raise ModelSourceError(
             f"{model} is not a tei-onnx artifact (no {MANIFEST_NAME}), and exporting it needs "
             f"the exporter: install tei-onnx with its `export` extra (from a checkout: "
             f"pip install '.[export]'), or export it elsewhere with "
             f"`tei-export {model} OUT` and pass --model-id OUT"
-        ) from e
-    from tei_export.cards import CardError  # type: ignore[import-untyped,unused-ignore]
-    from tei_export.errors import ExportError  # type: ignore[import-untyped,unused-ignore]
-
+        )
     log.info(
         "exporting %s to %s (later starts reuse it while the checkpoint and the exporter "
         "stay as they are)", model, out,
     )  # fmt: skip
+    request = ExportRequest(
+        model=model, out=str(out), revision=revision, token=token, cache_dir=cache_dir,
+        options=options, overwrite=overwrite,
+    )  # fmt: skip
+    context = multiprocessing.get_context("spawn")  # a clean interpreter: no fork of threads
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=export_in_child, args=(request, sender), name="tei-export")
+    child.start()
+    sender.close()
+    try:
+        answer = receiver.recv() if receiver.poll(None) else None
+    except EOFError:  # it ended without a word: killed (the OOM killer?) or crashed
+        answer = None
+    except BaseException:
+        child.terminate()  # SIGTERM: it removes what it had written
+        child.join(30)
+        raise
+    finally:
+        receiver.close()
+    child.join()
+    if not isinstance(answer, ExportAnswer):
+        code = child.exitcode or 0
+        how = f"was killed by signal {-code}" if code < 0 else f"ended with exit status {code}"
+        raise ModelSourceError(f"exporting {model} failed: the export process {how}")
+    if answer.error is not None:
+        # The exporter's own refusals name the flag or file to fix: one line, no traceback.
+        raise ModelSourceError(f"exporting {model} failed: {answer.error}")
+    return Path(answer.out)
+
+
+class ExportRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What the export child is asked (picklable: it crosses to a spawned interpreter)."""
+
+    model: str
+    out: str
+    revision: str | None
+    token: str | None
+    cache_dir: str | None
+    options: ExportOptions
+    overwrite: bool
+
+
+class ExportAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    out: str
+    error: str | None = None
+    """The exporter's one-line refusal (ExportError, CardError); None when it exported."""
+
+
+def export_in_child(request: ExportRequest, sender: Connection) -> None:
+    """The export child's body: export, then send an ExportAnswer. Other errors end it with a
+    traceback on stderr (the parent reports its exit status)."""
+    _die_with_parent()
+    # SIGTERM (the server stopped, or gone) unwinds the export, which removes what it wrote.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    from tei_export.api import export_model  # type: ignore[import-untyped,unused-ignore]
+    from tei_export.cards import CardError  # type: ignore[import-untyped,unused-ignore]
+    from tei_export.errors import ExportError  # type: ignore[import-untyped,unused-ignore]
+
+    o = request.options
     try:
         result: Path = export_model(
-            model,
-            out,
-            revision=revision,
-            token=token,
-            cache_dir=Path(cache_dir) if cache_dir else None,
-            pooling=options.pooling,
-            task=options.task,
-            dense_path=options.dense_path,
-            adapter=options.adapter,
-            trust_remote_code=options.trust_remote_code,
-            overwrite=overwrite,
-        )
+            request.model, Path(request.out), revision=request.revision, token=request.token,
+            cache_dir=Path(request.cache_dir) if request.cache_dir else None,
+            pooling=o.pooling, task=o.task, dense_path=o.dense_path, adapter=o.adapter,
+            trust_remote_code=o.trust_remote_code, overwrite=request.overwrite,
+        )  # fmt: skip
     except (ExportError, CardError) as e:
-        # The exporter's own refusals name the flag or file to fix: one line, no traceback.
-        raise ModelSourceError(f"exporting {model} failed: {e}") from e
-    return result
+        sender.send(ExportAnswer(out=request.out, error=str(e)))
+    else:
+        sender.send(ExportAnswer(out=str(result)))
+    finally:
+        sender.close()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this process when its parent dies (docker stop, kill), so an export
+    does not outlive the server that asked for it; the exporter's staging removes the rest
+    at the next start. Elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
