@@ -102,6 +102,17 @@ class KeyedPaths:
         return request.url.path in self.paths and not self.key.accepts_header(sent)
 
 
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def axum_allow(allow: str) -> str:
+    """A 405's `allow` as TEI's axum writes it: `GET,HEAD`, `POST`. OPTIONS is left out,
+    since TEI's CORS layer answers every OPTIONS request before its router."""
+    methods = {m.strip().upper() for m in allow.split(",") if m.strip()} - {"OPTIONS"}
+    order = {m: i for i, m in enumerate(_METHOD_ORDER)}
+    return ",".join(sorted(methods, key=lambda m: (order.get(m, len(order)), m)))
+
+
 def make_exception_handler(metrics: MetricFamilies, keyed: KeyedPaths | None = None) -> object:
     """The app's single handler for every exception (Litestar's `{Exception: handler}`).
     `keyed`: with --api-key, a method a guarded path lacks is 401 without the key, as TEI's
@@ -119,6 +130,8 @@ def make_exception_handler(metrics: MetricFamilies, keyed: KeyedPaths | None = N
             err = exc
         elif isinstance(exc, HTTPException):
             headers = dict(exc.headers) if exc.headers else None  # 405's `allow` (RFC 9110)
+            if headers and "allow" in headers:
+                headers["allow"] = axum_allow(headers["allow"])
             if exc.status_code in (404, 405):  # a path or method no route has is not logged
                 return BareResponse(exc.status_code, headers)
             err = _from_http(exc)
