@@ -157,77 +157,51 @@ def export_model(
             for stale in remove_abandoned(output_dir, tag):
                 progress.note(f"removed {stale.name}, left by an export that was killed")
         with staging_folder(output_dir, SCRATCH_TAG) as scratch:
+            # Rewritten copies of the checkpoint go in SCRATCH, removed however this ends.
             try:
-                return _export_staged(
-                    model, output_dir, scratch, progress, revision=revision, token=token,
-                    cache_dir=cache_dir, task=task, pooling=pooling, precisions=precisions,
-                    trust_remote_code=trust_remote_code, opset=opset,
-                    external_data=external_data, dense_path=dense_path, adapter=adapter,
+                with progress.stage("resolve"):
+                    source = resolve(
+                        model,
+                        revision=revision,
+                        token=token,
+                        cache_dir=cache_dir,
+                        trust_remote_code=trust_remote_code,
+                    )
+                    if source.path.resolve().is_relative_to(output_dir):
+                        raise ExportError(
+                            f"{output_dir} holds the checkpoint {source.path}; write the artifact "
+                            f"elsewhere"
+                        )
+                    staged = hub_layouts.stage_native(source.path, scratch, adapter=adapter)
+                if staged is not None:
+                    progress.note(
+                        "hub layout mapped onto transformers' native class; no hub code runs"
+                    )
+                    _note_adapters(progress, source.path, adapter)
+                    source = msgspec.structs.replace(source, path=staged, adapter=adapter)
+                if tokenizer_json.needs_conversion(source.path):
+                    with progress.stage("tokenizer"):
+                        if staged is None:
+                            staged = tokenizer_json.stage_with_tokenizer_json(source.path, scratch)
+                            source = msgspec.structs.replace(source, path=staged)
+                        else:
+                            tokenizer_json.convert(staged, staged)
+                    progress.note(
+                        "no tokenizer.json in the checkpoint: converted its tokenizer files with "
+                        "transformers' fast tokenizer"
+                    )
+                if (source.path / tokenizer_json.TOKENIZER_JSON).is_file():
+                    tokenizer_json.check_loads(source.path)
+                return _export(
+                    source, output_dir, progress, task=task, pooling=pooling,
+                    precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
+                    external_data=external_data, dense_path=dense_path,
                 )  # fmt: skip
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
     except BaseException:
         _remove_created(created)
         raise
-
-
-def _export_staged(
-    model: str,
-    output_dir: Path,
-    scratch: Path,
-    progress: Progress,
-    *,
-    revision: str | None,
-    token: str | None,
-    cache_dir: Path | None,
-    task: Task | None,
-    pooling: Pooling | str | None,
-    precisions: list[Precision] | list[str] | None,
-    trust_remote_code: bool,
-    opset: int,
-    external_data: bool,
-    dense_path: str | None,
-    adapter: str | None,
-) -> Path:
-    """export_model's work, with SCRATCH (removed by the caller) for rewritten copies."""
-    with progress.stage("resolve"):
-        source = resolve(
-            model,
-            revision=revision,
-            token=token,
-            cache_dir=cache_dir,
-            trust_remote_code=trust_remote_code,
-        )
-        if source.path.resolve().is_relative_to(output_dir):
-            raise ExportError(
-                f"{output_dir} holds the checkpoint {source.path}; write the artifact "
-                f"elsewhere"
-            )
-        staged = hub_layouts.stage_native(source.path, scratch, adapter=adapter)
-    if staged is not None:
-        progress.note(
-            "hub layout mapped onto transformers' native class; no hub code runs"
-        )
-        _note_adapters(progress, source.path, adapter)
-        source = msgspec.structs.replace(source, path=staged, adapter=adapter)
-    if tokenizer_json.needs_conversion(source.path):
-        with progress.stage("tokenizer"):
-            if staged is None:
-                staged = tokenizer_json.stage_with_tokenizer_json(source.path, scratch)
-                source = msgspec.structs.replace(source, path=staged)
-            else:
-                tokenizer_json.convert(staged, staged)
-        progress.note(
-            "no tokenizer.json in the checkpoint: converted its tokenizer files with "
-            "transformers' fast tokenizer"
-        )
-    if (source.path / tokenizer_json.TOKENIZER_JSON).is_file():
-        tokenizer_json.check_loads(source.path)
-    return _export(
-        source, output_dir, progress, task=task, pooling=pooling,
-        precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
-        external_data=external_data, dense_path=dense_path,
-    )  # fmt: skip
 
 
 def _note_adapters(progress: Progress, checkpoint: Path, adapter: str | None) -> None:

@@ -237,7 +237,7 @@ def export(
     then leave with it, where in this process they would stay for as long as it serves
     (measured, all-MiniLM-L6-v2 exported on first start: 1.03 GB RSS while serving after an
     in-process export, 0.69 GB with malloc_trim, 0.27 GB from a cached export)."""
-    if importlib.util.find_spec("tei_export.api") is None or not exporter_installed():
+    if not exporter_installed():
         raise ModelSourceError(
             f"{model} is not a tei-onnx artifact (no {MANIFEST_NAME}), and exporting it needs "
             f"the exporter: install tei-onnx with its `export` extra (from a checkout: "
