@@ -375,7 +375,8 @@ def _build(
                         vocab_size=vocab_size, external_data=external_data,
                     )  # fmt: skip
                     progress.note(
-                        f"{path.name}: {int8.quantized} MatMuls static int8, "
+                        f"{path.name}: {int8.quantized} weight products "
+                        "(MatMul, Attention) static int8, "
                         f"{len(int8.kept_fp32)} kept fp32 by measured sensitivity, "
                         f"{int8.widened} activation ranges widened for the stress texts; "
                         f"calibration texts' min cosine against fp32 "

@@ -156,8 +156,8 @@ def to_int8(
     most sensitive MatMuls by measured local error stay fp32 until the graph's vectors reach
     INT8_CALIBRATION_TARGET against fp32, on the calibration texts and on random ids
     (every MatMul fp32 at worst: a model int8 cannot carry stays exact rather than failing
-    its export; the export's log counts what was kept). Attention's
-    fused QKV projection (an Attention op, not a MatMul) stays fp32."""
+    its export; the export's log counts what was kept). A fused Attention op's Q/K/V
+    projection is a site like a MatMul (a QAttention when quantized)."""
     import onnxruntime as ort
 
     feeds = calibration_feeds(plan, tokenizer_json)

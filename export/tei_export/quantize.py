@@ -39,11 +39,14 @@ WEIGHT_MAX_FULL = 127
 
 
 class MatMulSite(msgspec.Struct, frozen=True, kw_only=True):
-    """A MatMul whose second input is a 2-D constant weight: what static int8 quantizes."""
+    """A product of an activation and a 2-D constant weight: what static int8 quantizes.
+    Either a MatMul or a fused Attention op, whose weight is its [hidden, 3 x hidden] Q/K/V
+    projection (quantized, it becomes a QAttention reading u8 codes)."""
 
     node: str
     activation: str
     weight: str
+    attention: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,18 +72,40 @@ class ActivationPlan:
     quant: ActivationQuant
 
 
+# Attention attributes QAttention reads the same way; an Attention using any other (unequal
+# Q/K/V widths, rotary) keeps its fp32 projection.
+QATTENTION_ATTRIBUTES = frozenset(
+    {"num_heads", "unidirectional", "mask_filter_value", "scale", "past_present_share_buffer"}
+)
+
+
+def _quantizable_attention(node: onnx.NodeProto) -> bool:
+    """A fused Attention whose inputs QAttention has too: (input, weights, bias[, mask])."""
+    used = [name for name in node.input if name]
+    return (
+        node.op_type == "Attention"
+        and node.domain == "com.microsoft"
+        and len(node.input) <= 4
+        and len(used) >= 3
+        and used == list(node.input[: len(used)])
+        and all(a.name in QATTENTION_ATTRIBUTES for a in node.attribute)
+    )
+
+
 def matmul_sites(model: onnx.ModelProto) -> list[MatMulSite]:
     weights = {t.name for t in model.graph.initializer if len(t.dims) == 2}
     sites: list[MatMulSite] = []
     for node in model.graph.node:
-        if (
-            node.op_type == "MatMul"
-            and node.domain in ("", "ai.onnx")
-            and len(node.input) == 2
-            and node.input[1] in weights
-            and node.input[0] not in weights
-        ):
+        if len(node.input) < 2 or node.input[1] not in weights or node.input[0] in weights:
+            continue
+        if node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
             sites.append(MatMulSite(node=node.name, activation=node.input[0], weight=node.input[1]))
+        elif _quantizable_attention(node):
+            sites.append(
+                MatMulSite(
+                    node=node.name, activation=node.input[0], weight=node.input[1], attention=True
+                )
+            )
     return sites
 
 
@@ -350,7 +375,7 @@ def to_qdq(
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:
         site = chosen.get(node.name)
-        if site is None or node.op_type != "MatMul":
+        if site is None or node.op_type != ("Attention" if site.attention else "MatMul"):
             nodes.append(node)
             continue
         prefix = f"{node.name}_qdq"
@@ -380,6 +405,19 @@ def to_qdq(
                 )
             )
             quantized_act[act] = codes_name
+        weight = numpy_helper.to_array(inits[site.weight]).astype(np.float32)
+        codes, scales = quantize_weight(weight * plan.smooth[:, None], reduce_range=reduce_range)
+        w_codes, w_scale, w_zp = f"{prefix}_w_s8", f"{prefix}_w_scale", f"{prefix}_w_zp"
+        new_inits += [
+            numpy_helper.from_array(codes, w_codes),
+            numpy_helper.from_array(scales, w_scale),
+            numpy_helper.from_array(np.zeros(scales.shape, np.int8), w_zp),
+        ]
+        if site.attention:
+            nodes.append(
+                _qattention(node, quantized_act[act], (scale, zp), (w_codes, w_scale, w_zp))
+            )
+            continue
         deq_act = f"{prefix}_act"
         nodes.append(
             helper.make_node(
@@ -389,14 +427,6 @@ def to_qdq(
                 name=f"{prefix}_dequantize_act",
             )
         )
-        weight = numpy_helper.to_array(inits[site.weight]).astype(np.float32)
-        codes, scales = quantize_weight(weight * plan.smooth[:, None], reduce_range=reduce_range)
-        w_codes, w_scale, w_zp = f"{prefix}_w_s8", f"{prefix}_w_scale", f"{prefix}_w_zp"
-        new_inits += [
-            numpy_helper.from_array(codes, w_codes),
-            numpy_helper.from_array(scales, w_scale),
-            numpy_helper.from_array(np.zeros(scales.shape, np.int8), w_zp),
-        ]
         deq_w = f"{prefix}_w"
         nodes.append(
             helper.make_node(
@@ -420,6 +450,26 @@ def to_qdq(
     for t in unused:
         graph.initializer.remove(t)
     return out
+
+
+def _qattention(
+    node: onnx.NodeProto, codes: str, act: tuple[str, str], weight: tuple[str, str, str]
+) -> onnx.NodeProto:
+    """The fused Attention `node` reading u8 activation codes and s8 per-column weights: its
+    Q/K/V projection becomes one integer GEMM per head (onnxruntime has no DequantizeLinear
+    -> Attention fusion of its own), scores and context stay fp32 as before."""
+    scale, zp = act
+    w_codes, w_scale, w_zp = weight
+    mask = node.input[3] if len(node.input) > 3 else ""
+    q = helper.make_node(
+        "QAttention",
+        [codes, w_codes, node.input[2], scale, w_scale, mask, zp, w_zp],
+        list(node.output),
+        name=f"{node.name}_int8",
+        domain="com.microsoft",
+    )
+    q.attribute.extend(node.attribute)
+    return q
 
 
 def sensitive_first(errors: Mapping[str, float]) -> list[str]:

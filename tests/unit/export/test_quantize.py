@@ -188,3 +188,75 @@ def test_stress_inputs_widen_the_ranges_that_clip_them(tmp_path: Path) -> None:
     assert _cosine(widened, exact) > _cosine(clipped, exact) + 0.01
     normal = _feeds(1, seed=9)[0]["x"]
     assert _cosine(_run(q.to_qdq(model, sites, wide.plans), normal), _run(model, normal)) > 0.99
+
+
+def _attention_graph(seed: int = 0) -> onnx.ModelProto:
+    """x [b, s, 16] and a [b] key length -> fused Attention (2 heads, Q/K/V weight
+    [16, 48]) -> out: the op onnxruntime's BERT fusion writes."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(HIDDEN, WIDE)).astype(np.float32) / 3, "qkv"),
+        numpy_helper.from_array(rng.normal(size=(WIDE,)).astype(np.float32) / 5, "qkv_bias"),
+    ]
+    node = helper.make_node(
+        "Attention", ["x", "qkv", "qkv_bias", "lengths"], ["out"], name="attention",
+        domain="com.microsoft", num_heads=2,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", HIDDEN]),
+            helper.make_tensor_value_info("lengths", TensorProto.INT32, ["b"]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["b", "s", HIDDEN])],
+        inits,
+    )  # fmt: skip
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+    )
+
+
+def _run_attention(model: onnx.ModelProto, x: np.ndarray, lengths: list[int]) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {"x": x, "lengths": np.array(lengths, np.int32)}
+    return np.asarray(session.run(["out"], feed)[0])
+
+
+def test_a_fused_attention_quantizes_to_qattention_per_row(tmp_path: Path) -> None:
+    """The fused op's Q/K/V projection is a site; quantized it becomes a QAttention reading
+    fixed-scale u8 codes, so a padded row in a batch matches the row alone; kept, it stays."""
+    model = _attention_graph()
+    onnx.save(model, str(tmp_path / "a.onnx"))
+    sites = q.matmul_sites(model)
+    assert [(s.node, s.activation, s.weight, s.attention) for s in sites] == [
+        ("attention", "x", "qkv", True)
+    ]
+    rng = np.random.default_rng(3)
+    feeds = []
+    for _ in range(8):
+        length = int(rng.integers(3, 12))
+        feeds.append({"x": rng.normal(size=(1, length, HIDDEN)).astype(np.float32),
+                      "lengths": np.array([length], np.int32)})  # fmt: skip
+    calib = q.calibrate(tmp_path / "a.onnx", sites, feeds)
+    int8 = q.to_qdq(model, sites, calib.plans)
+    ops = [n.op_type for n in int8.graph.node]
+    assert ops[-2:] == ["QuantizeLinear", "QAttention"]  # after a smoothing Mul, if chosen
+    alone = rng.normal(size=(1, 5, HIDDEN)).astype(np.float32)
+    exact = _run_attention(model, alone, [5])
+    got = _run_attention(int8, alone, [5])
+    assert 0.995 < _cosine(got.ravel(), exact.ravel()) < 1.0
+    wide = rng.normal(size=(2, 8, HIDDEN)).astype(np.float32) * 4
+    padded = np.zeros((1, 8, HIDDEN), np.float32)
+    padded[0, :5] = alone[0]
+    batch = np.concatenate([wide[:1], padded, wide[1:]])
+    in_batch = _run_attention(int8, batch, [8, 5, 8])[1, :5]
+    assert np.abs(in_batch - got[0]).max() <= 1e-6
+    kept = q.to_qdq(model, sites, calib.plans, keep_fp32=["attention"])
+    assert [n.op_type for n in kept.graph.node] == ["Attention"]
+
+
+def test_an_attention_with_inputs_qattention_lacks_is_not_a_site() -> None:
+    model = _attention_graph()
+    model.graph.node[0].attribute.append(helper.make_attribute("qkv_hidden_sizes", [16, 16, 16]))
+    assert q.matmul_sites(model) == []
