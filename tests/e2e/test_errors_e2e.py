@@ -254,14 +254,15 @@ def test_unknown_route_is_a_bare_404(embed_server: Running) -> None:
 def test_paths_match_exactly_as_axums_router(embed_server: Running) -> None:
     """`/embed/` and `//embed` are not `/embed` on TEI; `/docs/` is its Swagger page."""
     import http.client
-    from urllib.parse import urlsplit
+    from urllib.parse import quote, urlsplit
 
     c = embed_server.client
     body = {"inputs": "hello"}
     assert c.post("/embed", json=body).status_code == 200
     host = urlsplit(embed_server.url)
     # http.client sends the path as written (httpx reads `//embed` as a host).
-    for path in ("/embed/", "//embed", "/v1//embeddings", "/v1/embeddings/", "/health/"):
+    for path in ("/embed/", "//embed", "/v1//embeddings", "/v1/embeddings/", "/health/",
+                 "/%65mbed", "/v1/%65mbeddings", "/v1/models/"):  # fmt: skip
         conn = http.client.HTTPConnection(host.hostname or "", host.port)
         try:
             method = "POST" if "embed" in path else "GET"
@@ -274,6 +275,8 @@ def test_paths_match_exactly_as_axums_router(embed_server: Running) -> None:
             conn.close()
     assert c.get("/docs/").status_code == 200
     assert c.get("/docs").status_code == 200
+    served = c.get("/v1/models").json()["data"][0]["id"]
+    assert c.get("/v1/models/" + quote(served, safe="")).json()["id"] == served
     assert c.options("/embed/").status_code == 200  # a preflight, answered before routing
     assert "te_request_failure{" not in c.get("/metrics").text
 

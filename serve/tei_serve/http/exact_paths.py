@@ -4,7 +4,8 @@ Litestar finds `/embed` for `/embed/` and `//embed` too (it drops a trailing sla
 segments before routing); axum has no such rewrite, so TEI answers those 404. A client written
 against us would otherwise work here and break on TEI. The one exception is `/docs/`, where
 TEI's Swagger UI page lives (its `/docs` redirects there); and `/v1/models/<id>` (ours, not
-TEI's) takes any id, an absolute path's leading slash included (`/v1/models//data/model`).
+TEI's) takes any id, an absolute path's leading slash included (`/v1/models//data/model`),
+percent-escaped or not.
 """
 
 from __future__ import annotations
@@ -22,11 +23,25 @@ SLASHED_PAGES = frozenset({"/docs/"})
 MODEL_BY_ID = "/v1/models/"
 
 
-def routable(path: str) -> bool:
-    """Whether axum could route `path`: no empty segment, no trailing slash (but `/`)."""
-    if path in SLASHED_PAGES or path == "/" or path.startswith(MODEL_BY_ID):
+def routable(path: str, raw: str | None = None) -> bool:
+    """Whether axum could route `path`: no empty segment, no trailing slash (but `/`), and
+    no percent-escape in the `raw` path as sent (axum matches the undecoded path, so
+    `/%65mbed` is not `/embed` there)."""
+    if path.startswith(MODEL_BY_ID) and len(path) > len(MODEL_BY_ID):
+        return True
+    if raw is not None and raw != path:
+        return False
+    if path in SLASHED_PAGES or path == "/":
         return True
     return "//" not in path and not path.endswith("/")
+
+
+def raw_path(scope: Scope) -> str | None:
+    """The path as the client sent it (ASGI's `raw_path`, without the query), if known."""
+    raw = scope.get("raw_path")
+    if not raw:
+        return None
+    return bytes(raw).split(b"?", 1)[0].decode("latin-1")
 
 
 class ExactPaths:
@@ -37,7 +52,7 @@ class ExactPaths:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != ScopeType.HTTP or routable(scope["path"]):
+        if scope["type"] != ScopeType.HTTP or routable(scope["path"], raw_path(scope)):
             await self.app(scope, receive, send)
             return
         await send_empty(send, 404)
