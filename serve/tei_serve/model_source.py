@@ -62,6 +62,10 @@ class ExportOptions(msgspec.Struct, frozen=True, kw_only=True):
         return text + ("\0remote-code" if self.trust_remote_code else "")
 
 
+# What the hub accepts as a repository id: one optional owner, letters, digits, `.`, `_`, `-`.
+HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
+
+
 def hub_cache(explicit: str | None) -> Path:
     if explicit:
         return Path(explicit)
@@ -145,6 +149,11 @@ def resolve(
                 )  # fmt: skip
             bundles = hub_cache(cache_dir) / "tei-onnx" / "bundles"
             return artifact_folder(source_path, bundles), model_id
+        if not source_path.exists() and not HUB_ID.fullmatch(model_id):
+            # Before any lock or hub call: a path that is not there is no hub id either.
+            raise ModelSourceError(
+                f"{model_id}: no such file or folder (a hub id is `name` or `org/name`)"
+            )
         source = source_path
         reported = model_id
     name = str(source) if source.exists() else str(model_id)

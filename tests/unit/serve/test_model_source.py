@@ -173,6 +173,22 @@ def test_missing_exporter_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         model_source.resolve("org/model", cache_dir=str(tmp_path))
 
 
+@pytest.mark.parametrize("given", ["{tmp}/no-such-model", "./no/such/model", "~/none", "a/b/c"])
+def test_a_path_that_is_not_there_fails_before_any_lock_or_export(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_export(*_: Any, **__: Any) -> Path:
+        raise AssertionError("export must not run")
+
+    monkeypatch.setattr(model_source, "export", no_export)
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / "cache"
+    model_id = given.format(tmp=tmp_path)
+    with pytest.raises(model_source.ModelSourceError, match="no such file or folder"):
+        model_source.resolve(model_id, cache_dir=str(cache))
+    assert not cache.exists()  # no lock file left in the hub cache
+
+
 def test_export_called_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
 
