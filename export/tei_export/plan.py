@@ -141,6 +141,20 @@ def make_plan(
         checkpoint.architecture,
         remote_code=checkpoint.trust_remote_code_needed,
     )
+    remote_runs = trust_remote_code and (
+        checkpoint.trust_remote_code_needed or checkpoint.own_code_skipped
+    )
+    if (
+        card.decoder
+        and checkpoint.config.get("is_causal") is False
+        and not checkpoint.config.get("use_bidirectional_attention")
+        and not remote_runs
+    ):
+        raise ExportError(
+            f"{checkpoint.path}: config.json sets is_causal false (bidirectional attention), "
+            f"which transformers' {checkpoint.architecture} does not have: its vectors would "
+            f"not be the model's; --trust-remote-code runs the model's own code if it ships one"
+        )
     chosen_pooling = pooling or checkpoint.st_pooling
     detected = detect_task(checkpoint.architecture, checkpoint.labels, chosen_pooling)
     task = task or detected

@@ -45,8 +45,9 @@ def resolve(
     Python files are fetched only with `trust_remote_code`."""
     local = Path(model).expanduser()
     if local.is_dir():
+        # A folder is what it holds: a revision names nothing there (export API notes it).
         return ResolvedSource(
-            path=local.resolve(), model_id=str(local.resolve()), revision=revision, commit_sha=None
+            path=local.resolve(), model_id=str(local.resolve()), revision=None, commit_sha=None
         )
     if local.exists():
         raise ExportError(f"{model}: a file, not a model folder (give the folder holding it)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -60,6 +61,12 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """The task LoRA adapter merged into the weights (jina-embeddings-v3), if any."""
 
 
+# A file of the artifact: a bare name in its folder, never a path out of it (a manifest
+# edited to say `../elsewhere.onnx` is refused, not followed).
+FileName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")]
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+
+
 class Validation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     min_cosine: float
     max_abs_err: float
@@ -71,13 +78,13 @@ class Validation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 class Variant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: str
-    file: str
+    file: FileName
     precision: Precision
     sha256: str
     fused_ops: dict[str, int]
     """Operator type -> count in the graph, for the fused ops the exporter looks for."""
     validation: Validation
-    external_data: dict[str, str] = msgspec.field(default_factory=dict)
+    external_data: dict[FileName, str] = msgspec.field(default_factory=dict)
     """External-data files the graph loads (graphs over ~1.5 GB): file name -> sha256.
     Added by the runtime's owner; the runtime verifies each before loading the graph."""
     graph: GraphForm = GraphForm.FUSED
@@ -152,8 +159,8 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     pooling: Pooling | None
     """How token embeddings become one vector (None for classifier/reranker heads)."""
     normalize: bool
-    max_input_length: int
-    hidden_size: int
+    max_input_length: Positive
+    hidden_size: Positive
     pooling_in_graph: bool = False
     """True when the graph already pools (Dense modules, SPLADE): read its pooled output."""
     io: IoNames
@@ -164,8 +171,8 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     truncation_side: str = "right"
     opset: int
     toolchain: Toolchain
-    tokenizer_files: list[str]
-    tokenizer_sha256: dict[str, str]
+    tokenizer_files: list[FileName]
+    tokenizer_sha256: dict[FileName, str]
     variants: list[Variant]
     generative_rerank: GenerativeRerank | None = None
     """A generative reranker (a causal LM answering yes/no): how pairs become its prompt.

@@ -139,6 +139,10 @@ def resolve(
         reported = DEFAULT_MODEL_ID
     else:
         source_path = Path(model_id)
+        if revision is not None and source_path.exists():
+            log.warning("--revision %s does nothing for %s: a local file or folder is served "
+                        "as it is", revision, model_id)  # fmt: skip
+            revision = None
         if is_bundle_file(source_path) or (source_path / MANIFEST_NAME).is_file():
             # Air-gapped hosts: a bundle never goes near the exporter or the hub.
             if options.dense_path:
@@ -170,8 +174,16 @@ def resolve(
             "exported again", out, stale, root,
         )  # fmt: skip
         return out, reported
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / f"{out.name}.lock").open("w") as lock:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = (root / f"{out.name}.lock").open("w")
+    except OSError as e:
+        raise ModelSourceError(
+            f"{name} is not exported yet and cannot be exported into {root}: "
+            f"{e.strerror or e}; make the hub cache writable, or export it elsewhere with "
+            f"`tei-export {name} OUT` and pass --model-id OUT"
+        ) from e
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stale = _reason_to_export(out, current)  # another process may have exported it meanwhile
         if stale is None:

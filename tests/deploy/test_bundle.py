@@ -227,6 +227,32 @@ def test_cli(toy_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert err.startswith("tei-bundle: error: ") and "tokenizer.json: sha256 mismatch" in err
 
 
+def test_cli_path_mistakes_are_one_line(
+    toy_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An artifact folder verifies against its manifest; a folder, a file or the artifact
+    itself where a new path belongs is one line, never a traceback."""
+    assert bundle_cli.main(["verify", str(toy_artifact)]) == 0
+    assert "an artifact" in capsys.readouterr().out
+    note = tmp_path / "notes.txt"
+    note.write_text("x")
+    for argv in (
+        ["pack", str(toy_artifact), str(tmp_path)],
+        ["pack", str(toy_artifact), str(note / "x.tar")],
+        ["pack", str(toy_artifact), str(toy_artifact / "self.tar")],
+        ["unpack", str(tmp_path / "none.tar"), str(tmp_path / "u")],
+        ["verify", str(tmp_path)],
+    ):
+        assert bundle_cli.main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert err.startswith("tei-bundle: error: ") and err.count("\n") == 1, (argv, err)
+    assert not (toy_artifact / "self.tar").exists()
+    tar = tmp_path / "toy.tar"
+    assert bundle_cli.main(["pack", str(toy_artifact), str(tar)]) == 0
+    assert bundle_cli.main(["unpack", str(tar), str(note / "u")]) == 1
+    assert capsys.readouterr().err.startswith("tei-bundle: error: ")
+
+
 def test_bundle_and_unpack_are_readable_by_other_users(toy_artifact: Path, tmp_path: Path) -> None:
     # The images' user (1000) reads a bundle packed by someone else: not 0600 from mkstemp.
     before = os.umask(0o022)

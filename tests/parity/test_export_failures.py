@@ -145,6 +145,7 @@ def test_remote_code_needs_the_flag(tmp_path: Path, tiny_bert: Path) -> None:
     checkpoint = _copy(tiny_bert, tmp_path / "ck")
     config = json.loads((checkpoint / "config.json").read_text())
     config["auto_map"] = {"AutoModel": "modeling_custom.CustomModel"}
+    config["architectures"] = ["CustomModel"]  # no class of transformers: its code is needed
     (checkpoint / "config.json").write_text(json.dumps(config))
     out = tmp_path / "out" / "artifact"
     _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "--trust-remote-code")

@@ -105,12 +105,14 @@ def _tar_info(name: str, size: int) -> tarfile.TarInfo:
 def write_bundle(artifact_dir: str | Path, out: str | Path) -> Path:
     """Verify the artifact (every variant and tokenizer file) and write it as one tar."""
     root = Path(artifact_dir)
-    artifact = open_artifact(root)
-    verify_tokenizer(artifact)
-    for variant in artifact.manifest.variants:
-        verify_variant(artifact, variant)
-    listing = describe(root)
+    verify_artifact(root)
     target = Path(out)
+    if target.is_dir():
+        raise BundleError(f"{target}: is a folder; name the bundle's file, e.g. "
+                          f"{target / (root.resolve().name + '.tar')}")  # fmt: skip
+    if target.resolve().is_relative_to(root.resolve()):
+        raise BundleError(f"{target}: inside the artifact folder it bundles; write it elsewhere")
+    listing = describe(root)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
@@ -248,10 +250,21 @@ def verify(bundle: str | Path) -> BundleManifest:
     return _check(Path(bundle), None)
 
 
+def verify_artifact(root: Path) -> None:
+    """Check an artifact folder against its own manifest: every graph, external-data and
+    tokenizer file it lists (what `pack` checks before bundling)."""
+    artifact = open_artifact(root)
+    verify_tokenizer(artifact)
+    for variant in artifact.manifest.variants:
+        verify_variant(artifact, variant)
+
+
 def verify_folder(root: Path) -> None:
     """Check an unpacked bundle folder against the tei-bundle.json it carries."""
     try:
         listing = msgspec.json.decode((root / BUNDLE_MANIFEST).read_bytes(), type=BundleManifest)
+    except FileNotFoundError as e:
+        raise BundleError(f"{root}: no {BUNDLE_MANIFEST}, not an unpacked bundle") from e
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise BundleError(f"{root / BUNDLE_MANIFEST}: damaged ({e})") from e
     listed = {f.path for f in listing.files}

@@ -12,7 +12,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tei_bundle.archive import unpack, verify, verify_folder, write_bundle
+from tei_bundle.archive import (
+    BUNDLE_MANIFEST,
+    unpack,
+    verify,
+    verify_artifact,
+    verify_folder,
+    write_bundle,
+)
 from tei_runtime.errors import TeiRuntimeError
 
 
@@ -25,7 +32,10 @@ def _parser() -> argparse.ArgumentParser:
     pk = sub.add_parser("pack", help="verify an artifact folder and write it as one tar")
     pk.add_argument("artifact", type=Path)
     pk.add_argument("bundle", type=Path)
-    vf = sub.add_parser("verify", help="check every file of a bundle (tar) or unpacked folder")
+    vf = sub.add_parser(
+        "verify",
+        help="check every file of a bundle (tar), an unpacked bundle or an artifact folder",
+    )
     vf.add_argument("bundle", type=Path)
     up = sub.add_parser("unpack", help="verified unpack into a new folder")
     up.add_argument("bundle", type=Path)
@@ -42,14 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             size = out.stat().st_size / (1 << 20)
             print(f"{out}: {len(listing.files)} files, {size:.1f} MiB")
         elif args.command == "verify":
-            if args.bundle.is_dir():
+            if args.bundle.is_dir() and not (args.bundle / BUNDLE_MANIFEST).exists():
+                # An artifact folder as tei-export wrote it: its manifest's files are checked.
+                verify_artifact(args.bundle)
+                print(f"{args.bundle}: ok (an artifact: every file its manifest lists)")
+            elif args.bundle.is_dir():
                 verify_folder(args.bundle)
+                print(f"{args.bundle}: ok")
             else:
                 verify(args.bundle)
-            print(f"{args.bundle}: ok")
+                print(f"{args.bundle}: ok")
         else:
             print(unpack(args.bundle, args.dest))
-    except TeiRuntimeError as e:
+    except (TeiRuntimeError, OSError) as e:
         print(f"tei-bundle: error: {e}", file=sys.stderr)
         return 1
     return 0

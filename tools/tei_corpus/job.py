@@ -9,7 +9,7 @@ once; an actor reads its shard's rows, embeds them and writes `part-NNNNN.parque
 `id`, `embedding`), then `part-NNNNN.done`. A rerun after a crash skips every shard with a done
 marker; a shard written but not marked is redone. `_tei_embed.json` records what the job was
 (inputs, artifact, fields, shard size) and a rerun with different ones is refused rather than
-mixing two jobs' shards. Needs the `ray` extra (`pip install 'tei-onnx[ray]'`).
+mixing two jobs' shards. Needs the `ray` extra (from a checkout: `pip install '.[ray]'`).
 """
 
 from __future__ import annotations
@@ -468,7 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import ray
     except ImportError:
-        print("tei-embed: needs Ray: pip install 'tei-onnx[ray]'", file=sys.stderr)
+        print(
+            "tei-embed: needs Ray: install tei-onnx with its `ray` extra "
+            "(from a checkout: pip install '.[ray]')",
+            file=sys.stderr,
+        )
         return 1
     if args.address:
         ray.init(address=args.address)

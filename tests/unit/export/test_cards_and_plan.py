@@ -402,11 +402,37 @@ def test_broken_json_names_the_file(tmp_path: Path) -> None:
 
 
 def test_remote_code_needs_the_flag(tmp_path: Path) -> None:
-    config = {**BERT, "auto_map": {"AutoModel": "modeling_custom.CustomModel"}}
+    config = {
+        **BERT, "architectures": ["CustomBertModel"],
+        "auto_map": {"AutoModel": "modeling_custom.CustomBertModel"},
+    }  # fmt: skip
     checkpoint = read_checkpoint(_folder(tmp_path / "m", config))
+    assert checkpoint.trust_remote_code_needed and not checkpoint.own_code_skipped
     with pytest.raises(ExportError, match="--trust-remote-code"):
         make_plan(checkpoint)
     assert make_plan(checkpoint, trust_remote_code=True).task is Task.EMBED
+
+
+def test_an_auto_map_beside_a_native_class_traces_the_native_class(tmp_path: Path) -> None:
+    """gte-Qwen2-style: config.json names transformers' own class and carries an auto_map;
+    as TEI, the native implementation is used, the model's code only when asked for."""
+    config = {**BERT, "auto_map": {"AutoModel": "modeling_custom.BertModel"}}
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", config))
+    assert checkpoint.own_code_skipped and not checkpoint.trust_remote_code_needed
+    assert make_plan(checkpoint).task is Task.EMBED
+
+
+def test_a_decoder_asking_for_bidirectional_attention_is_refused(tmp_path: Path) -> None:
+    config = {
+        "model_type": "qwen2", "architectures": ["Qwen2Model"], "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 128,
+        "vocab_size": 100, "is_causal": False,
+    }  # fmt: skip
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", config))
+    with pytest.raises(ExportError, match="is_causal false"):
+        make_plan(checkpoint)
+    checkpoint = read_checkpoint(_folder(tmp_path / "c", {**config, "is_causal": True}))
+    assert make_plan(checkpoint).task is Task.EMBED
 
 
 def test_unsupported_model_type_in_a_plan(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tei_export.errors import ExportError
@@ -165,3 +167,20 @@ def test_merge_lora_names_what_does_not_fit() -> None:
                    "l.parametrizations.weight.0.lora_A": torch.zeros(1, 2, 3)}  # fmt: skip
     with pytest.raises(ExportError, match="do not hold 2 adapters"):
         merge_lora(one_adapter, adapters, "a")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bad index", "missing shard"])
+def test_unreadable_published_weights_are_one_clear_error(tmp_path: Path, damage: str) -> None:
+    from tei_export import hub_layouts
+
+    match damage:
+        case "truncated":
+            (tmp_path / "model.safetensors").write_bytes(b"\x10\x00\x00")
+        case "bad index":
+            (tmp_path / "model.safetensors.index.json").write_text("{")
+        case "missing shard":
+            (tmp_path / "model.safetensors.index.json").write_text(
+                '{"weight_map": {"emb_ln.weight": "model-00002-of-00002.safetensors"}}'
+            )
+    with pytest.raises(ExportError, match=r"cannot read the weights|not a readable weight index"):
+        hub_layouts._read_weights(tmp_path)

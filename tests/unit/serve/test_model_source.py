@@ -189,6 +189,43 @@ def test_a_path_that_is_not_there_fails_before_any_lock_or_export(
     assert not cache.exists()  # no lock file left in the hub cache
 
 
+def test_a_cache_that_cannot_take_the_export_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub cache path that is a file (or read-only, which root's tests cannot make):
+    the error says what to do, not an OSError from the lock file."""
+    monkeypatch.setattr(model_source, "current_record", lambda *_, **__: None)
+    monkeypatch.setattr(model_source, "export", lambda *_, **__: pytest.fail("no export"))
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    wanted = r"cannot be exported into .*tei-export"
+    with pytest.raises(model_source.ModelSourceError, match=wanted):
+        model_source.resolve("org/model", cache_dir=str(cache))
+
+
+def test_a_revision_for_a_local_folder_warns_and_keys_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[Path] = []
+
+    def fake_export(model: str, out: Path, **_: Any) -> Path:
+        calls.append(out)
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text("{}")
+        return out
+
+    monkeypatch.setattr(model_source, "export", fake_export)
+    monkeypatch.setattr(model_source, "current_record", lambda *_, **__: None)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    cache = str(tmp_path / "cache")
+    plain = model_source.resolve(str(folder), cache_dir=cache)
+    with caplog.at_level("WARNING"):
+        named = model_source.resolve(str(folder), revision="v2", cache_dir=cache)
+    assert named == plain and len(calls) == 1
+    assert "--revision v2 does nothing" in caplog.text
+
+
 def test_export_called_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
 
