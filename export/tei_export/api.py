@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import sys
 import shutil
 import tempfile
 from importlib import metadata
@@ -224,10 +225,22 @@ def _note_adapters(progress: Progress, checkpoint: Path, adapter: str | None) ->
 
 def _silence_library_progress() -> None:
     """--quiet also covers the bars transformers 5 ("Loading weights") and the hub draw, and
-    transformers' warnings (its multi-line weight "LOAD REPORT")."""
+    transformers' warnings (its multi-line weight "LOAD REPORT"), and the notes onnxruntime's
+    transformer optimizer logs as warnings (a vocabulary no larger than the position table)."""
+    import logging
+
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
     from transformers.utils import logging as transformers_logging
 
+    from onnxruntime.transformers import optimizer
+
+    # Its fusion modules import one another as top-level modules (fusion_embedlayer, ...),
+    # so their loggers are named after those.
+    folder = Path(optimizer.__file__).parent
+    for name, module in list(sys.modules.items()):
+        if Path(getattr(module, "__file__", None) or "/").parent == folder:
+            logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     disable_progress_bars()
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     transformers_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
