@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import secrets
-import sys
 import shutil
+import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -230,9 +230,8 @@ def _silence_library_progress() -> None:
     import logging
 
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
-    from transformers.utils import logging as transformers_logging
-
     from onnxruntime.transformers import optimizer
+    from transformers.utils import logging as transformers_logging
 
     # Its fusion modules import one another as top-level modules (fusion_embedlayer, ...),
     # so their loggers are named after those.
