@@ -83,6 +83,13 @@ class RerankerPrompt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     default_instruction: str
     yes_token: str = "yes"
     no_token: str = "no"
+    prompt_tokens: list[str] = msgspec.field(default_factory=list)
+    """Special tokens the prefix and suffix use, each one token in the family's tokenizer
+    (Qwen's ChatML markers); a tokenizer without them is not this layout, and would score
+    the prompt as ordinary text."""
+    max_length: int | None = None
+    """The model card's own length limit on a formatted pair (Qwen3-Reranker: 8192), kept
+    as the artifact's input length where the model's positions allow more."""
 
 
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -72,6 +72,14 @@ def answer_prompt(prompt: RerankerPrompt, tokenizer_json: Path) -> AnswerPrompt:
             f"{{instruction}}, {{query}} and {{document}} are allowed ({e!r})"
         ) from e
     tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_json))
+    for marker in prompt.prompt_tokens:
+        if tokenizer.token_to_id(marker) is None:
+            raise ExportError(
+                f"{tokenizer_json}: the prompt token {marker!r} is not in the vocabulary; the "
+                f"family's generative reranker prompt needs "
+                f"{', '.join(map(repr, prompt.prompt_tokens))} as single tokens (a "
+                f"Qwen3-Reranker-style tokenizer), else its scores mean nothing"
+            )
     ids = {}
     for token in (prompt.yes_token, prompt.no_token):
         found = tokenizer.token_to_id(token)
@@ -217,6 +225,8 @@ def make_plan(
     max_len = positions - card.position_offset
     if checkpoint.max_seq_length:
         max_len = min(max_len, checkpoint.max_seq_length)
+    if generative and card.generative_reranker and card.generative_reranker.max_length:
+        max_len = min(max_len, card.generative_reranker.max_length)
 
     if dense_path is not None and task is not Task.EMBED:
         raise ExportError(f"--dense-path applies to embedding models, not to task {task.value}")

@@ -69,3 +69,22 @@ def test_answer_tokens_must_be_single_tokens(tmp_path: Path) -> None:
     (folder / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(ExportError, match="answer token 'yes' is not in the vocabulary"):
         make_plan(read_checkpoint(folder), task=Task.RERANK)
+
+
+def test_the_prompt_markers_must_be_single_tokens(tmp_path: Path) -> None:
+    """A tokenizer without Qwen's ChatML markers would read the card's prompt as plain text."""
+    folder = _causal_lm(tmp_path / "m")
+    data = json.loads((folder / "tokenizer.json").read_text())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] != "<|im_end|>"]
+    data["model"]["vocab"].pop("<|im_end|>", None)
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(ExportError, match=r"prompt token '<\|im_end\|>' is not in the vocabulary"):
+        make_plan(read_checkpoint(folder), task=Task.RERANK)
+
+
+def test_the_input_length_is_the_model_cards_where_positions_allow_more(tmp_path: Path) -> None:
+    folder = _causal_lm(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 40960}))
+    assert make_plan(read_checkpoint(folder), task=Task.RERANK).max_input_length == 8192
+    assert make_plan(read_checkpoint(folder)).max_input_length == 40960  # embedding: positions
