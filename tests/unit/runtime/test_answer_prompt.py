@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import pytest
@@ -10,6 +12,7 @@ from rt_artifacts import ArtifactFactory, Built
 
 from support.tiny_rerankers import build_qwen_tokenizer
 from tei_runtime.answer_prompt import PromptedPairs, format_pair
+from tei_runtime.data import Encoding
 from tei_runtime.errors import InputTooLongError, ValidationError
 from tei_runtime.manifest import (
     MANIFEST_NAME,
@@ -95,6 +98,29 @@ def test_left_truncation_cuts_the_document_start_not_the_question(
         for side in ("left", "right")
     ]  # fmt: skip
     assert ends[0] == ends[1] and len(ends[0]) == 120
+
+
+@pytest.mark.parametrize("direction", ["right", "left"])
+def test_a_huge_document_is_cut_before_tokenizing_to_the_same_tokens(
+    tokenizer: Tokenizer, direction: Literal["right", "left"], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pairs = PromptedPairs(PROMPT, tokenizer)
+    words = " ".join(f"w{i % 97} yes, no." for i in range(20_000))  # ~250k chars
+    seen: list[int] = []
+    tokenize = tokenizer.encode_without_specials
+
+    def counting(texts: Sequence[str]) -> list[Encoding]:
+        seen.extend(len(t) for t in texts)
+        return tokenize(texts)
+
+    monkeypatch.setattr(tokenizer, "encode_without_specials", counting)
+    [cut] = pairs.encode([("q", words)], instruction=None, truncate=True,
+                         truncation_direction=direction)  # fmt: skip
+    assert max(seen) < len(words) // 10  # the whole document was never tokenized
+    monkeypatch.setattr(PromptedPairs, "_shorten", lambda self, document, direction: document)
+    [whole] = pairs.encode([("q", words)], instruction=None, truncate=True,
+                           truncation_direction=direction)  # fmt: skip
+    assert cut.ids == whole.ids and len(cut.ids) == tokenizer.max_input_length
 
 
 def test_single_texts_are_refused_and_token_ids_pass(tokenizer: Tokenizer) -> None:
