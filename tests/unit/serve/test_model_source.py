@@ -203,18 +203,25 @@ def test_a_cache_that_cannot_take_the_export_is_one_clear_error(
         model_source.resolve("org/model", cache_dir=str(cache))
 
 
-def test_a_revision_for_a_local_folder_warns_and_keys_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    calls: list[Path] = []
+def _counted_exports(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Path]]:
+    """Replace the export with one writing an empty manifest; the list gets each (model,
+    output folder)."""
+    calls: list[tuple[str, Path]] = []
 
     def fake_export(model: str, out: Path, **_: Any) -> Path:
-        calls.append(out)
+        calls.append((model, out))
         out.mkdir(parents=True)
         (out / "manifest.json").write_text("{}")
         return out
 
     monkeypatch.setattr(model_source, "export", fake_export)
+    return calls
+
+
+def test_a_revision_for_a_local_folder_warns_and_keys_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = _counted_exports(monkeypatch)
     monkeypatch.setattr(model_source, "current_record", lambda *_, **__: None)
     folder = tmp_path / "ckpt"
     folder.mkdir()
@@ -227,15 +234,7 @@ def test_a_revision_for_a_local_folder_warns_and_keys_nothing(
 
 
 def test_export_called_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Path] = []
-
-    def fake_export(model: str, out: Path, **_: Any) -> Path:
-        calls.append(out)
-        out.mkdir(parents=True)
-        (out / "manifest.json").write_text("{}")
-        return out
-
-    monkeypatch.setattr(model_source, "export", fake_export)
+    calls = _counted_exports(monkeypatch)
     first = model_source.resolve("org/model", cache_dir=str(tmp_path))
     second = model_source.resolve("org/model", cache_dir=str(tmp_path))
     assert first == second and len(calls) == 1
@@ -247,15 +246,7 @@ def test_the_default_model_named_is_the_installed_copy(
     """`--model-id sentence-transformers/all-MiniLM-L6-v2` (as TEI users write it, and as it
     must be written beside a second model) resolves to the installed checkpoint, offline, to
     the same cached export as no --model-id; with a revision it is a hub id as any other."""
-    exported: list[tuple[str, Path]] = []
-
-    def fake_export(model: str, out: Path, **_: Any) -> Path:
-        exported.append((model, out))
-        out.mkdir(parents=True)
-        (out / "manifest.json").write_text("{}")
-        return out
-
-    monkeypatch.setattr(model_source, "export", fake_export)
+    exported = _counted_exports(monkeypatch)
     named = model_source.resolve(model_source.DEFAULT_MODEL_ID, cache_dir=str(tmp_path))
     unnamed = model_source.resolve(None, cache_dir=str(tmp_path))
     assert named == unnamed and named[1] == model_source.DEFAULT_MODEL_ID
