@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from tei_runtime.data import Encoding
 from tei_runtime.errors import InputTooLongError, ManifestError, ValidationError
 from tei_runtime.manifest import AnswerPrompt
-from tei_runtime.tokenization import CHARS_PER_TOKEN, Direction, Input, Tokenizer, cut_point
+from tei_runtime.tokenization import Direction, Input, Tokenizer
 
 
 def format_pair(prompt: AnswerPrompt, query: str, document: str, instruction: str | None) -> str:
@@ -68,7 +68,8 @@ class PromptedPairs:
             if isinstance(item, tuple) and len(item) == 2 and all(isinstance(s, str) for s in item):
                 query, document = str(item[0]), str(item[1])
                 if truncate:
-                    document = self._shorten(document, truncation_direction)
+                    # A megabyte-long document would take a second to tokenize whole.
+                    document = self.tokenizer.cut_long(document, truncation_direction, self.budget)
                 texts.append(format_pair(self.prompt, query, document, instruction))
                 starts.append(document_start(self.prompt, query, instruction))
         formatted = iter(zip(self.tokenizer.encode_without_specials(texts), starts, strict=True))
@@ -84,17 +85,6 @@ class PromptedPairs:
                     )
                 )
         return out
-
-    def _shorten(self, document: str, direction: Direction) -> str:
-        """A document far longer than the input can hold, cut at whitespace before
-        tokenizing (a megabyte-long one would take a second to tokenize whole): only where
-        the cut alone still fills the budget, so the kept tokens are the same."""
-        budget = self.budget * CHARS_PER_TOKEN
-        if len(document) <= budget:
-            return document
-        cut = cut_point(document, budget, direction)
-        (ids,) = self.tokenizer.ids_without_specials([cut])
-        return cut if len(ids) >= self.budget else document
 
     def _join(
         self, pair: Encoding, document_start: int, truncate: bool, direction: Direction

@@ -23,7 +23,7 @@ Input: TypeAlias = str | tuple[str, str] | Sequence[int]
 
 # A token never needs more than this many characters in practice (BERT's WordPiece gives up
 # on words over 100 chars). Texts longer than max_input_length * this are cut before
-# tokenizing; `_cut_long` checks the cut still yields a full window and undoes it otherwise.
+# tokenizing; `cut_long` checks the cut still yields a full window and undoes it otherwise.
 CHARS_PER_TOKEN = 20
 # TEI refuses an input of more than max_input_length * this many characters when truncation
 # is off, before tokenizing it (its MAX_CHAR_MULTIPLIER).
@@ -121,19 +121,23 @@ class Tokenizer:
         # Padded positions are masked out, so any id is correct; 0 always exists.
         return 0
 
-    def _cut_long(self, text: str, direction: Direction) -> str:
-        budget = self.max_input_length * CHARS_PER_TOKEN
+    def cut_long(self, text: str, direction: Direction, tokens: int | None = None) -> str:
+        """`text` cut at whitespace to about `tokens` (default: max_input_length) tokens'
+        worth of characters, kept at the end truncation keeps, before it is tokenized; only
+        where the cut alone still fills those tokens, so truncation keeps the same ones."""
+        window = self.max_input_length if tokens is None else tokens
+        budget = window * CHARS_PER_TOKEN
         if len(text) <= budget:
             return text
         cut = cut_point(text, budget, direction)
         # The cut is exact when it alone still fills the window: truncation keeps at most
-        # max_input_length tokens of one sequence, and cutting at whitespace leaves the
-        # pre-tokens (hence tokens) before the cut unchanged.
+        # that many tokens of one sequence, and cutting at whitespace leaves the pre-tokens
+        # (hence tokens) before the cut unchanged.
         try:
             count = len(self._plain.encode(cut, add_special_tokens=False).ids)
         except Exception as e:
             raise TokenizerError(str(e)) from e
-        return cut if count >= self.max_input_length else text
+        return cut if count >= window else text
 
     def encode(
         self,
@@ -158,14 +162,14 @@ class Tokenizer:
                 self._check_chars(item)
             if isinstance(item, str):
                 text = prefix + item if prefix else item
-                texts.append(self._cut_long(text, truncation_direction) if truncate else text)
+                texts.append(self.cut_long(text, truncation_direction) if truncate else text)
                 where.append(i)
             elif isinstance(item, tuple) and _is_pair(item):
                 query, passage = str(item[0]), str(item[1])
                 query = prefix + query if prefix else query
                 if truncate:
-                    query = self._cut_long(query, truncation_direction)
-                    passage = self._cut_long(passage, truncation_direction)
+                    query = self.cut_long(query, truncation_direction)
+                    passage = self.cut_long(passage, truncation_direction)
                 texts.append((query, passage))
                 where.append(i)
             else:
