@@ -239,7 +239,6 @@ def _silence_library_progress() -> None:
     for name, module in list(sys.modules.items()):
         if Path(getattr(module, "__file__", None) or "/").parent == folder:
             logging.getLogger(name).setLevel(logging.ERROR)
-    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     disable_progress_bars()
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     transformers_logging.set_verbosity_error()  # type: ignore[no-untyped-call]

@@ -52,16 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             size = out.stat().st_size / (1 << 20)
             print(f"{out}: {len(listing.files)} files, {size:.1f} MiB")
         elif args.command == "verify":
+            what = ""
             if args.bundle.is_dir() and not (args.bundle / BUNDLE_MANIFEST).exists():
                 # An artifact folder as tei-export wrote it: its manifest's files are checked.
                 verify_artifact(args.bundle)
-                print(f"{args.bundle}: ok (an artifact: every file its manifest lists)")
+                what = " (an artifact: every file its manifest lists)"
             elif args.bundle.is_dir():
                 verify_folder(args.bundle)
-                print(f"{args.bundle}: ok")
             else:
                 verify(args.bundle)
-                print(f"{args.bundle}: ok")
+            print(f"{args.bundle}: ok{what}")
         else:
             print(unpack(args.bundle, args.dest))
     except (TeiRuntimeError, OSError) as e:
