@@ -35,7 +35,8 @@ class GrpcClient:
             channel = grpc.insecure_channel(self.target)
             with self._lock:
                 self._channels.append(channel)
-            stub = self._local.stub = tei_pb2_grpc.EmbedStub(channel)
+            # grpcio-tools writes the stub class without annotations
+            stub = self._local.stub = tei_pb2_grpc.EmbedStub(channel)  # type: ignore[no-untyped-call]
         return stub
 
     def post(self, texts: list[str]) -> list[list[float]]:
@@ -46,10 +47,10 @@ class GrpcClient:
             out = [list(r.embeddings)
                    for r in self._stub().EmbedStream(messages, timeout=self.timeout)]
         except grpc.RpcError as e:
-            code = e.code()  # type: ignore[attr-defined]
+            code = e.code()
             if code is grpc.StatusCode.UNAVAILABLE:
-                raise GrpcUnavailableError(f"{self.target}: {e.details()}") from e  # type: ignore[attr-defined]
-            raise HttpError(f"{code} from {self.path}: {e.details()}") from e  # type: ignore[attr-defined]
+                raise GrpcUnavailableError(f"{self.target}: {e.details()}") from e
+            raise HttpError(f"{code} from {self.path}: {e.details()}") from e
         if len(out) != len(texts):
             raise HttpError(f"{self.path} answered {len(out)} vectors for {len(texts)}")
         return out

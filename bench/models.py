@@ -147,7 +147,8 @@ def _save_weights(model: BenchModel, dest: Path) -> None:
     torch.manual_seed(0)
     # The config's own initializer (normal, std 0.02): a trained model's scale, not a trained
     # model's values. Speed does not depend on the values; int8 error does (reported as such).
-    net = transformers.AutoModel.from_config(config, dtype=torch.float32).eval()
+    net = transformers.AutoModel.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
+    net = net.eval()
     net.save_pretrained(dest)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -160,8 +161,14 @@ def big_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
     else:
         out.append((f"runtime-fp32 >= 85% of the fp32 limit ({long}, b{big})", "not measured",
                     "n/a"))  # fmt: skip
-    _ratio_target(out, f"runtime-int8 >= 1.6x runtime-fp32 ({long}, b{big})",
-                  int8.texts_s if int8 else None, fp32.texts_s if fp32 else None, 1.6, False)
+    _ratio_target(
+        out,
+        f"runtime-int8 >= 1.6x runtime-fp32 ({long}, b{big})",
+        int8.texts_s if int8 else None,
+        fp32.texts_s if fp32 else None,
+        1.6,
+        False,
+    )
     st1 = table.get(("st", "short", 1, 1))
     for e in ("runtime-fp32", "runtime-int8"):
         r1 = table.get((e, "short", 1, 1))
@@ -172,8 +179,13 @@ def big_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
         out.append((f"min cosine ({pair}, random weights, mixed texts)", f"{cos:.4f}", "info"))
     for s in summaries(run):
         if s.engine.endswith("-int8") and s.min_cosine is not None:
-            out.append((f"{s.engine} min cosine vs ST >= 0.99 (random weights)",
-                        f"{s.min_cosine:.4f}", "met" if s.min_cosine >= 0.99 else "missed"))
+            out.append(
+                (
+                    f"{s.engine} min cosine vs ST >= 0.99 (random weights)",
+                    f"{s.min_cosine:.4f}",
+                    "met" if s.min_cosine >= 0.99 else "missed",
+                )
+            )
     return out
 
 
@@ -246,8 +258,13 @@ def minilm_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]
                             "met" if got >= goal else "missed"))  # fmt: skip
     for s in summaries(run):
         if s.engine.endswith("-int8") and s.min_cosine is not None:
-            out.append((f"{s.engine} min cosine vs ST >= 0.99 (mixed texts)",
-                        f"{s.min_cosine:.4f}", "met" if s.min_cosine >= 0.99 else "missed"))
+            out.append(
+                (
+                    f"{s.engine} min cosine vs ST >= 0.99 (mixed texts)",
+                    f"{s.min_cosine:.4f}",
+                    "met" if s.min_cosine >= 0.99 else "missed",
+                )
+            )
     for pair, cos in run.cosines.items():
         out.append((f"min cosine {pair} (mixed texts)", f"{cos:.4f}", "info"))
     r = table.get(("runtime-fp32", "medium", big, 1))
@@ -270,13 +287,13 @@ def minilm_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]
         check(f"{e} batch-1 short p50 <= 0.25x ST", r1.p50_ms if r1 else None,
               st1.p50_ms if st1 else None, 0.25, True)  # fmt: skip
     _floor_target(out, run, st1, 0.25)
-    sm = {s.engine: s for s in summaries(run)}
+    sm = {one.engine: one for one in summaries(run)}
     st_s = sm.get("st")
     for e in ("serve-fp32", "serve-int8"):
-        s = sm.get(e)
-        check(f"{e} cold start <= 0.5x ST load+encode", s.cold_s if s else None,
+        srv = sm.get(e)
+        check(f"{e} cold start <= 0.5x ST load+encode", srv.cold_s if srv else None,
               st_s.cold_s if st_s else None, 0.5, True)  # fmt: skip
-        check(f"{e} peak RSS <= 0.5x ST process", s.rss_mb if s else None,
+        check(f"{e} peak RSS <= 0.5x ST process", srv.rss_mb if srv else None,
               st_s.rss_mb if st_s else None, 0.5, True)  # fmt: skip
     # ahead of infinity: our best server vs infinity's best engine, cell by cell
     cells = {k[1:] for k in table if k[0].startswith("infinity-")}
@@ -321,21 +338,21 @@ def minilm_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]
                     else "missed"))  # fmt: skip
     # ahead of fastembed: both in-process, cell by cell, our fp32 and our best against it
     fe_cells = sorted(k[1:] for k in table if k[0] == "fastembed")
-    for ours in (("runtime-fp32",), ("runtime-fp32", "runtime-int8")):
+    for engines in (("runtime-fp32",), ("runtime-fp32", "runtime-int8")):
         wins = total = 0
         behind = []
         for cell in fe_cells:
-            mine = [table[(e, *cell)].texts_s for e in ours if (e, *cell) in table]
+            mine = [table[(e, *cell)].texts_s for e in engines if (e, *cell) in table]
             if mine:
                 total += 1
-                theirs = table[("fastembed", *cell)].texts_s
-                if max(mine) > theirs:
+                rival = table[("fastembed", *cell)].texts_s
+                if max(mine) > rival:
                     wins += 1
                 else:
-                    behind.append(f"{cell[0]} b{cell[1]} {max(mine) / theirs - 1:+.0%}")
+                    behind.append(f"{cell[0]} b{cell[1]} {max(mine) / rival - 1:+.0%}")
         if total:
             detail = f"; behind: {', '.join(behind)}" if behind else ""
-            out.append((f"{' / '.join(ours)} ahead of fastembed (in-process, every cell)",
+            out.append((f"{' / '.join(engines)} ahead of fastembed (in-process, every cell)",
                         f"{wins}/{total} cells{detail}",
                         "met" if wins == total else "missed"))  # fmt: skip
     return out
@@ -411,8 +428,11 @@ def markdown(run: Run) -> str:
         )
     notes = list(run.notes)
     if over := over_limit(run):
-        notes.insert(0, "over 100% of the measured limit, so the limit was measured while other "
-                     "work held a core and is no ceiling on this run: " + ", ".join(over))
+        notes.insert(
+            0,
+            "over 100% of the measured limit, so the limit was measured while other "
+            "work held a core and is no ceiling on this run: " + ", ".join(over),
+        )
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
@@ -491,8 +511,9 @@ def summary(results: list[Run]) -> str:
     lines = [
         f"# Benchmark summary ({'quick smoke run' if first.quick else 'full run'})",
         "",
-        f"- started {first.started}; command `{first.command}`" if one_run else
-        "- models run one by one; each one's start and command below",
+        f"- started {first.started}; command `{first.command}`"
+        if one_run
+        else "- models run one by one; each one's start and command below",
         f"- host: {host_line(first)}",
         f"- limits at the start of {first.model.key or first.model.name}: {limit_line(first.peak)}",
         "- figures from one run on one host: compare ratios within it; a shared or loaded "
@@ -587,8 +608,18 @@ def main(argv: list[str]) -> int:
     """`python -m bench.report OUT`: every OUT/<model>/results.md and chart again from its
     results.json, and summary.md over all of them, e.g. after the models were run one by one
     (each keeps its own start time and load)."""
-    out = Path(argv[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Rewrite OUT/<model>/results.md, its charts and OUT/summary.md from the "
+        "results.json files a bench run left in OUT.",
+    )
+    parser.add_argument("out", type=Path, help="the bench's --out folder, e.g. bench/results")
+    out: Path = parser.parse_args(argv).out
+    if not out.is_dir():
+        parser.error(f"{out} is not a folder")
     found = sorted(out.glob("*/results.json"), key=lambda p: p.parent.name)
+    if not found:
+        parser.error(f"{out} holds no <model>/results.json: run `just bench` first")
     runs = [msgspec.json.decode(p.read_bytes(), type=Run) for p in found]
     for path, run in zip(found, runs, strict=True):
         write(run, path.parent)

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 import msgspec
-from tokenizers import Tokenizer  # type: ignore[import-untyped]  # ships no py.typed
+from tokenizers import Tokenizer
 
 _TEXT = (
     "the a of to and in is it that for on with as was by at from this be are or an have not "
