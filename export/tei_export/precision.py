@@ -118,28 +118,21 @@ def random_id_feeds(plan: ExportPlan, vocab_size: int) -> list[dict[str, IntArra
 
 
 def batch_vectors(output: npt.NDArray[np.float32], mask: IntArray) -> npt.NDArray[np.float32]:
-    """The vectors validation compares for one batch: token rows mean-pooled under the mask,
-    one score per row compared as one vector across the batch, other rows as they are."""
+    """The vectors validation compares for one batch, a row each: token rows mean-pooled
+    under the mask, other rows (pooled vectors, logits, scores) as they are."""
     out = np.asarray(output, np.float32)
     if out.ndim == 3:
         weights = mask[..., None].astype(np.float32)
         out = (out * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
-    return out.reshape(1, -1) if out.shape[-1] == 1 else out
+    return out
 
 
 def text_vectors(per_text: Sequence[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
-    """One vector per text from each text's (batch of one) output: token rows averaged,
-    pooled rows as they are; single scores are compared as one vector across texts."""
-    vectors = np.stack(
+    """One row per text from each text's (batch of one) output: token rows averaged, pooled
+    rows (or scores) as they are."""
+    return np.stack(
         [np.asarray(o, np.float32).reshape(-1, o.shape[-1]).mean(axis=0) for o in per_text]
     )
-    return vectors.reshape(1, -1) if vectors.shape[-1] == 1 else vectors
-
-
-def _min_cosine(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
-    num = (a * b).sum(axis=-1)
-    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
-    return float((num / np.maximum(den, 1e-12)).min())
 
 
 def to_int8(
@@ -187,7 +180,7 @@ def to_int8(
     def score(kept: Sequence[str]) -> float:
         candidate = quantize.to_qdq(model, sites, calib.plans, keep_fp32=kept)
         external.save(candidate, dst, external=external_data)
-        return min(_min_cosine(a, b) for a, b in zip(vectors(dst), reference, strict=True))
+        return validate.min_agreement(vectors(dst), reference)
 
     ranked = quantize.sensitive_first(calib.errors)
     kept, reached = quantize.choose_fp32(

@@ -69,6 +69,8 @@ Positive = Annotated[int, msgspec.Meta(ge=1)]
 
 class Validation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     min_cosine: float
+    """Worst row's cosine against PyTorch; for single-score models (rerankers), the cosine of
+    all the validated scores as one vector, centred on PyTorch's mean score."""
     max_abs_err: float
     tolerance: float
     """The minimum cosine this variant had to reach to be written."""

@@ -24,10 +24,10 @@ def test_calibration_texts_are_varied() -> None:
     assert {"CJK", "HIRAGANA", "HANGUL", "CYRILLIC", "ARABIC", "LATIN"} <= scripts
 
 
-def test_text_vectors_average_tokens_and_join_single_scores() -> None:
+def test_text_vectors_average_tokens_and_keep_scores_a_row_each() -> None:
     tokens = [np.ones((1, 3, 4), np.float32), np.arange(8, dtype=np.float32).reshape(1, 2, 4)]
     np.testing.assert_allclose(text_vectors(tokens), [[1, 1, 1, 1], [2, 3, 4, 5]])
     pooled = [np.full((1, 4), 2.0, np.float32)]
     np.testing.assert_allclose(text_vectors(pooled), [[2, 2, 2, 2]])
     scores = [np.array([[0.5]], np.float32), np.array([[-1.0]], np.float32)]
-    assert text_vectors(scores).shape == (1, 2)  # one vector of scores across texts
+    assert text_vectors(scores).shape == (2, 1)  # min_agreement joins single scores
