@@ -4,3 +4,9 @@
 writes `bench/results/` (markdown table, JSON records, PNG chart). Nothing here is imported
 by the product packages, and the test suite never asserts a figure from it.
 """
+
+import os as _os
+
+# Every engine's process (ours, fastembed's and infinity's onnxruntime) inherits this: none
+# runs onnxruntime's telemetry uploader beside the timed work.
+_os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

@@ -6,6 +6,13 @@ Usage: `model = tei_runtime.load("artifacts/all-MiniLM-L6-v2")`, then
 
 from __future__ import annotations
 
+import os
+
+# onnxruntime >= 1.29 runs a telemetry uploader on Linux too (DNS lookups of Microsoft's
+# collector, an offline event cache under ~/.cache/Microsoft) unless this is set before it is
+# first imported: air-gapped sites must see no network call. ORT_DISABLE_TELEMETRY=0 opts in.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
 from tei_runtime.backend import Backend, Output
 from tei_runtime.data import Encoding, SparseVector, Token
 from tei_runtime.errors import (

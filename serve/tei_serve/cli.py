@@ -337,6 +337,22 @@ def _after_shutdown(signum: int, _frame: object) -> None:
     log.info("shut down after %s", signal.Signals(signum).name)
 
 
+class StoppedWhileStarting(BaseException):
+    """SIGTERM or SIGINT before the server listens (a model still exporting, unpacking or
+    loading). A BaseException, so that no `except Exception` on the way takes it for a
+    failure; unwinding stops an export child and removes what it had written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_while_starting(signum: int, _frame: object) -> None:
+    # Without a handler, a SIGTERM to PID 1 (the server in its container) is ignored: `docker
+    # stop` of a server still starting would wait out its grace period and kill it.
+    raise StoppedWhileStarting(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # What reading the settings logs (an invalid HOSTNAME, as Docker sets it) waits for the
     # log format the settings choose, so JSON_OUTPUT's lines are all JSON.
@@ -367,6 +383,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s is accepted for compatibility with TEI and has no effect", flag)
     if settings.disable_spans and settings.otlp_endpoint:
         log.warning("--disable-spans is set: no request spans go to %s", settings.otlp_endpoint)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):  # serve() and serve_grpc() set their own
+            signal.signal(sig, _stop_while_starting)
+    try:
+        return _start_and_serve(settings)
+    except StoppedWhileStarting as e:
+        log.info("stopped by %s while starting", signal.Signals(e.signum).name)
+        return 0
+
+
+def _start_and_serve(settings: Settings) -> int:
     try:
         loaded = load_models(settings)
     except (ModelSourceError, SettingsError, TeiRuntimeError, ModelLoadError) as e:

@@ -4,8 +4,11 @@ whatever the HF_* variables say, and serves the vectors tei_runtime computes in-
 Each server runs in a network namespace holding only loopback (`unshare -n`, as root), with
 an audit hook (netguard/sitecustomize.py) in every Python process that records and refuses
 any DNS lookup or connect that is not to loopback. The namespace proves no call could succeed;
-the audit log being empty proves none was even tried. Where no namespace can be made the hook
-alone is the guard. A hub id under the same guard is the control: its attempts are recorded.
+the audit log being empty proves none was even tried from Python. Where no namespace can be
+made the hook alone is the guard. A hub id under the same guard is the control: its attempts
+are recorded. onnxruntime's native telemetry uploader (its DNS lookups happen in C++, out of
+the hook's sight) writes its offline event cache under $HOME/.cache/Microsoft as it starts:
+each server gets a HOME of its own, which must stay empty of it.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class Offline:
         for key in ("MODEL_ID", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             self.env.pop(key, None)
         self.env["HUGGINGFACE_HUB_CACHE"] = str(self.cache)
+        self.home = tmp_path / "home"
+        self.home.mkdir()
+        self.env["HOME"] = str(self.home)
+        self.env.pop("ORT_DISABLE_TELEMETRY", None)  # what a user's shell has: nothing
         self.env["TEI_NET_AUDIT"] = str(self.audit)
         self.env["PYTHONPATH"] = os.pathsep.join(
             [str(HERE / "netguard"), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -101,6 +108,7 @@ def _assert_served(offline: Offline, model_id: str, artifact: Path) -> None:
     expected = tei_runtime.load(artifact, device="cpu").embed(TEXTS)
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert offline.attempts() == [], "network attempts while serving an artifact"
+    assert not (offline.home / ".cache" / "Microsoft").exists(), "onnxruntime telemetry ran"
 
 
 def _tampered(source: Path, tmp_path: Path, how: str, name: str) -> Path:
@@ -150,6 +158,32 @@ def test_namespace_has_no_network() -> None:
         ["unshare", "-n", sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )
     assert out.stdout.strip() == "101"  # ENETUNREACH: no route, no interface but loopback
+
+
+def test_telemetry_evidence_is_what_onnxruntime_leaves_when_not_told(tmp_path: Path) -> None:
+    """The control for the HOME check: onnxruntime imported bare, with the variable unset,
+    starts its uploader and leaves its cache; imported after tei_runtime it does not."""
+    offline = Offline(tmp_path)
+    graph = tmp_path / "identity.onnx"
+    code = (
+        "import sys\n"
+        "if sys.argv[2] == 'ours':\n    import tei_runtime\n"
+        "import onnx, onnxruntime as ort\n"
+        "from onnx import TensorProto, helper\n"
+        "x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1])\n"
+        "y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])\n"
+        "g = helper.make_graph([helper.make_node('Identity', ['x'], ['y'])], 'g', [x], [y])\n"
+        "onnx.save(helper.make_model(g), sys.argv[1])\n"
+        "ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    )
+    cache = offline.home / ".cache" / "Microsoft"
+    for how, expected in (("ours", False), ("bare", True)):
+        run = subprocess.run(
+            offline.command([sys.executable, "-c", code, str(graph), how]), env=offline.env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert cache.exists() is expected, how
 
 
 def test_guard_records_and_refuses_non_loopback(tmp_path: Path) -> None:

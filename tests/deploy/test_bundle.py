@@ -273,3 +273,60 @@ def test_a_strict_umask_is_kept(toy_artifact: Path, tmp_path: Path) -> None:
     finally:
         os.umask(before)
     assert stat.S_IMODE(tar.stat().st_mode) == 0o600
+
+
+def test_nowhere_to_unpack_is_one_error_naming_the_cache(
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Docker's --read-only without a /tmp tmpfs: neither the cache nor a temporary folder
+    can be written."""
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    blocker = tmp_path / "file-not-folder"
+    blocker.write_text("")
+    import tempfile
+
+    def no_tmp(prefix: str = "") -> str:
+        raise FileNotFoundError(2, "No usable temporary directory found")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_tmp)
+    with pytest.raises(BundleError, match=r"nowhere to unpack it: .*not writable"):
+        bundle.unpack_cached(tar, blocker / "cache")
+
+
+def test_an_unreadable_bundle_is_one_error(
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+
+    def denied(path: Path) -> str:  # what a 0600 bundle of another user gives a non-root user
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(bundle, "bundle_digest", denied)
+    with pytest.raises(BundleError, match=r"toy.tar: cannot read it \(Permission denied\)"):
+        resolve(str(tar), cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_write_that_fails_while_unpacking_is_not_blamed_on_the_bundle(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    """A full disk (here: a file-size limit, EFBIG) is a write error naming the folder, not
+    'cannot read' the bundle; nothing half-written stays."""
+    import resource
+    import signal
+
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))
+    try:
+        with pytest.raises(BundleError) as refused:
+            bundle.unpack_cached(tar, cache)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    message = str(refused.value)
+    assert "cannot write" in message and "the bundle was not at fault" in message, message
+    assert "cannot read" not in message
+    assert list(cache.iterdir()) == []

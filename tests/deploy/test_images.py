@@ -144,9 +144,11 @@ def test_stage_contract(stage_name: str, dockerfile: Dockerfile) -> None:
     assert 'ai.tei-onnx.target="${TARGET}"' in labels
     env = _env(stage.all("ENV"))
     assert env["HUGGINGFACE_HUB_CACHE"] == "/data"
+    assert env["ORT_DISABLE_TELEMETRY"] == "1"  # no uploader, whatever imports onnxruntime
     if stage_name == "serve":
         assert env["PORT"] == "80"
         assert json.loads(stage.all("ENTRYPOINT")[-1]) == ["tei-serve"]
+        assert json.loads(stage.all("CMD")[-1]) == ["--json-output"]  # TEI's images' default
         assert "/health" in stage.all("HEALTHCHECK")[-1]
     else:
         assert json.loads(stage.all("ENTRYPOINT")[-1]) == ["tei-export"]

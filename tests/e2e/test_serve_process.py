@@ -147,6 +147,33 @@ def test_default_model_export_curl_reuse_and_sigterm(
     assert not second.healthy()
 
 
+def test_sigterm_while_exporting_stops_at_once_and_leaves_nothing(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    """docker stop of a server still exporting its model: without a handler of its own the
+    server, PID 1 in its container, would ignore SIGTERM until killed; here it stops the
+    export child, which removes its partial folder, and exits 0 with one line."""
+    cache = tmp_path / "hub"
+    server = Process(cache)
+    processes.append(server)
+    root = cache / "tei-onnx"
+    deadline = time.monotonic() + 300
+    while not (root.is_dir() and any(".partial-" in p.name for p in root.iterdir())):
+        assert server.proc.poll() is None, "tei-serve ended before its export began"
+        assert time.monotonic() < deadline, "no export under way after 300 s"
+        time.sleep(0.05)
+    server.proc.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    logs = server.logs()
+    assert time.monotonic() - stopped < 60
+    assert server.proc.returncode == 0
+    messages = [e["message"] for e in logs]
+    assert "stopped by SIGTERM while starting" in messages, messages[-5:]
+    assert not any(m.startswith("ready: ") for m in messages)
+    left = [p.name for p in root.iterdir() if not p.name.endswith(".lock")]
+    assert left == [], left
+
+
 def test_a_port_in_use_ends_the_start_with_one_line_and_exit_1(
     tmp_path: Path, tiny_reranker_artifact: Path
 ) -> None:

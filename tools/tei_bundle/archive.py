@@ -19,6 +19,7 @@ The command line (`tei-bundle`) is `tei_bundle.cli`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import io
 import logging
@@ -169,12 +170,24 @@ def _read_listing(bundle: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -
     return listing
 
 
+class _UnpackWriteError(Exception):
+    """Writing an unpacked file failed (a full disk, a read-only folder): the bundle itself
+    may be fine, so this is told apart from a bundle that cannot be read."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 def _copy_hashing(body: IO[bytes], out: IO[bytes] | None) -> str:
     digest = hashlib.sha256()
     while chunk := body.read(_CHUNK):
         digest.update(chunk)
         if out is not None:
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as e:
+                raise _UnpackWriteError(e) from e
     return digest.hexdigest()
 
 
@@ -191,9 +204,27 @@ def _check_member(
         actual = _copy_hashing(body, None)
     else:
         path = dest / entry.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("wb") as out:
-            actual = _copy_hashing(body, out)
+        try:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                out = path.open("wb")
+            except OSError as e:
+                raise _UnpackWriteError(e) from e
+            try:
+                actual = _copy_hashing(body, out)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    out.close()
+                raise
+            try:
+                out.close()  # the buffer's last write: a full disk may show only here
+            except OSError as e:
+                raise _UnpackWriteError(e) from e
+        except _UnpackWriteError as e:
+            raise BundleError(
+                f"{bundle}: cannot write {path} while unpacking ({e.error.strerror or e.error}); "
+                f"the bundle was not at fault: free space in, or make writable, {dest.parent}"
+            ) from e
     if member.size != entry.size or actual != entry.sha256.lower():
         raise BundleError(
             f"{bundle}: {entry.path}: sha256 mismatch ({BUNDLE_MANIFEST} {entry.sha256}, file "
@@ -317,7 +348,13 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
     """Unpack once into `cache_root/<name>-<sha256>`, reusing a verified earlier unpack.
 
     When `cache_root` cannot be written (a read-only /data), a temporary folder is used."""
-    digest = bundle_digest(bundle)[:16]
+    try:
+        digest = bundle_digest(bundle)[:16]
+    except OSError as e:
+        raise BundleError(
+            f"{bundle}: cannot read it ({e.strerror or e}); a bundle must be readable by the "
+            f"server's user (tei-bundle pack writes it 0644)"
+        ) from e
     stem = bundle.name.removesuffix(".tar")
     try:
         cache_root.mkdir(parents=True, exist_ok=True)
@@ -325,7 +362,14 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
             pass
         base = cache_root
     except OSError as e:
-        base = Path(tempfile.mkdtemp(prefix="tei-bundle-"))
+        try:
+            base = Path(tempfile.mkdtemp(prefix="tei-bundle-"))
+        except OSError as no_tmp:
+            raise BundleError(
+                f"{bundle}: nowhere to unpack it: {cache_root} is not writable "
+                f"({e.strerror or e}) and neither is a temporary folder ({no_tmp}); mount a "
+                f"writable volume at {cache_root} (or /tmp), or serve the unpacked folder"
+            ) from no_tmp
         # One copy per process, gone when it exits (a restart unpacks again).
         atexit.register(shutil.rmtree, base, ignore_errors=True)
         log.warning("%s is not writable (%s); unpacking %s into %s for this process only",
