@@ -662,6 +662,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.json is not None and not args.json.parent.is_dir():  # before minutes of timing
+        raise SystemExit(f"--json {args.json}: no folder {args.json.parent}")
     dims = Dims(QWEN3_HEADS, QWEN3_KV_HEADS, QWEN3_HEAD_DIM)
     sessions, failures = build_sessions(dims, args.threads)
     for key, reason in failures.items():

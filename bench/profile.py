@@ -248,13 +248,19 @@ def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int
     return "\n".join(out)
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     p.add_argument("--models", default="minilm", help=f"comma list of {', '.join(MODEL_KEYS)}")
     p.add_argument("--lengths", default="", help="comma list (default: the model's own)")
     p.add_argument("--dtypes", default="float32,int8")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batch", type=_positive, default=32)
+    p.add_argument("--repeats", type=_positive, default=5)
     p.add_argument("--max-batch-tokens", type=int, default=None,
                    help="profile fewer texts where a batch would pass this many padded tokens "
                    "(the big shapes: a 32 x 512 batch of the 0.6B model is minutes)")  # fmt: skip
@@ -264,25 +270,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    from bench.run import _artifact, _checkpoint  # the bench's own cache keys and exports
+    # the bench's own cache keys, exports and checks
+    from bench.run import DTYPES, _artifact, _checkpoint, timed_lengths
 
-    keys = [k for k in args.models.split(",") if k]
+    keys = list(dict.fromkeys(k for k in args.models.split(",") if k))
     unknown = set(keys) - set(MODEL_KEYS)
     if unknown:
         raise SystemExit(f"unknown models {sorted(unknown)}; known: {', '.join(MODEL_KEYS)}")
-    dtypes = [d for d in args.dtypes.split(",") if d]
+    if bad := [d for d in args.dtypes.split(",") if d not in DTYPES]:
+        raise SystemExit(f"unknown dtypes {bad}; known: float32 (fp32), float16 (fp16), int8")
+    dtypes = list(dict.fromkeys(DTYPES[d] for d in args.dtypes.split(",")))
+    wanted_lengths = [x for x in args.lengths.split(",") if x]
+    for key in keys:
+        timed_lengths(MODELS[key], wanted_lengths)
+    if args.artifact is not None and not (args.artifact / "manifest.json").is_file():
+        raise SystemExit(f"--artifact {args.artifact}: no manifest.json, not an artifact")
+    # The artifact `python -m bench` made (fp32 and int8) serves either alone too.
+    exported = ["float32", "int8"] if set(dtypes) <= {"float32", "int8"} else dtypes
     host_facts = machine({})
     host = f"{host_facts.cpu}, {host_facts.cores} CPUs, ISA {' '.join(host_facts.isa) or 'none'}"
     for key in keys:
         bm = MODELS[key]
         artifact = args.artifact or _artifact(
-            None, _checkpoint(bm, None, args.cache), args.cache, dtypes
+            None, _checkpoint(bm, None, args.cache), args.cache, exported
         )
         manifest = msgspec.json.decode((artifact / "manifest.json").read_bytes())
         max_len = min(int(manifest["max_input_length"]), bm.max_tokens)
         targets = {k: min(v, max_len) for k, v in bm.targets.items()}
         pools = make_pools(artifact, max(args.batch, 32), max_len, targets)
-        lengths = [x for x in args.lengths.split(",") if x] or [*bm.targets, "mixed"]
+        lengths = timed_lengths(bm, wanted_lengths) if wanted_lengths else [*bm.targets, "mixed"]
         before = loadavg()
         print(f"bench.profile: {key} on {host}", flush=True)
         rows = _rows(artifact, pools, lengths, dtypes, args.batch, args.repeats,

@@ -29,6 +29,18 @@ class Row:
     repeats: int
 
 
+QUICK_TARGETS_NOTE = (
+    "A quick run: tiny batches and concurrencies, one repeat, a small GEMM for the limits; the "
+    "targets below are the full run's goals read off these cells, a smoke check of the "
+    "report, not a measurement of them."
+)
+
+
+def _spread_text(r: Row) -> str:
+    """A spread needs two repeats: one (a quick run) has none to show."""
+    return f"±{r.spread:.0%}" if r.repeats > 1 else "n/a (1 repeat)"
+
+
 def _spread(xs: list[float]) -> float:
     m = statistics.median(xs)
     return (max(xs) - min(xs)) / m if m else 0.0
@@ -399,7 +411,10 @@ def markdown(run: Run) -> str:
     if run.cosines:
         lines += ["", "Min cosine between our variants on the mixed texts: "
                   + ", ".join(f"{k} {v:.4f}" for k, v in run.cosines.items())]  # fmt: skip
-    lines += ["", "## Targets", "", "| target | measured | |", "| --- | --- | --- |"]
+    lines += ["", "## Targets", ""]
+    if run.quick:
+        lines += [QUICK_TARGETS_NOTE, ""]
+    lines += ["| target | measured | |", "| --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in targets(run, table)]
     lines += graph_choice.lines(run, {k: r.texts_s for k, r in table.items()})
     lines += [
@@ -422,8 +437,8 @@ def markdown(run: Run) -> str:
         base = _st(table, key[1], key[2])
         of_fp32, of_int8 = pct(run, r)
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {rate(r.texts_s)} | ±{r.spread:.0%} | "
-            f"{r.tokens_s:.0f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {rate(r.texts_s)} | "
+            f"{_spread_text(r)} | {r.tokens_s:.0f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
             f"{_ratio(r.texts_s, base.texts_s if base else None)} | {of_fp32} | {of_int8} |"
         )
     notes = list(run.notes)
@@ -451,23 +466,28 @@ def chart(run: Run, path: Path) -> bool:
         return False
     table = rows(run)
     big = max((k[2] for k in table), default=1)
-    conc = 4 if any(k[3] == 4 for k in table) else 1
+    conc = 4 if any(k[3] == 4 for k in table) else max((k[3] for k in table), default=1)
     engines = list(dict.fromkeys(e.engine for e in run.engines if e.cells))
     lens = list(run.workloads)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), width_ratios=(3, 1.4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.2), width_ratios=(3, 1.4))
     width = 0.8 / max(1, len(engines))
+    # Up to 14 engines: tab20's colours, so that no two bars of a group share one.
+    tab20 = matplotlib.colormaps["tab20"]
+    colours = [tab20(k) for k in range(20)]
     for i, e in enumerate(engines):
         ys = []
         for length in lens:
             c = conc if e.startswith(("serve", "infinity")) else 1
             r, st = table.get((e, length, big, c)), _st(table, length, big)
             ys.append(r.texts_s / st.texts_s if r and st else 0.0)
-        ax1.bar([j + i * width for j in range(len(lens))], ys, width, label=e)
+        ax1.bar([j + i * width for j in range(len(lens))], ys, width, label=e,
+                color=colours[i % len(colours)])  # fmt: skip
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xticks([j + width * (len(engines) - 1) / 2 for j in range(len(lens))], lens)
     ax1.set_ylabel("texts/s, x sentence-transformers")
     ax1.set_title(f"throughput, batch {big} (HTTP at concurrency {conc})")
-    ax1.legend(fontsize=8)
+    if engines:  # outside the axes, so that it hides no bar
+        ax1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     p50 = [(e, table[(e, "short", 1, 1)].p50_ms) for e in engines if (e, "short", 1, 1) in table]
     ax2.barh([e for e, _ in p50], [v for _, v in p50], color="tab:gray")
     ax2.invert_yaxis()
@@ -476,7 +496,7 @@ def chart(run: Run, path: Path) -> bool:
     fig.suptitle(f"{run.model.name} on {run.machine.cpu}, {run.machine.cores} CPUs"
                  f"{' (quick smoke run)' if run.quick else ''}", fontsize=10)  # fmt: skip
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
 
@@ -590,7 +610,10 @@ def summary(results: list[Run]) -> str:
         if graphs:
             graphs[1] = f"## CPU graph per host: {run.model.key or run.model.name}"
         lines += graphs
-    lines += ["", "## Targets", "", "| model | target | measured | |", "| --- | --- | --- | --- |"]
+    lines += ["", "## Targets", ""]
+    if any(run.quick for run in results):
+        lines += [QUICK_TARGETS_NOTE, ""]
+    lines += ["| model | target | measured | |", "| --- | --- | --- | --- |"]
     for run in results:
         lines += [f"| {run.model.key or run.model.name} | {a} | {b} | {c} |"
                   for a, b, c in targets(run, rows(run))]  # fmt: skip
@@ -620,13 +643,18 @@ def main(argv: list[str]) -> int:
     found = sorted(out.glob("*/results.json"), key=lambda p: p.parent.name)
     if not found:
         parser.error(f"{out} holds no <model>/results.json: run `just bench` first")
-    runs = [msgspec.json.decode(p.read_bytes(), type=Run) for p in found]
-    for path, run in zip(found, runs, strict=True):
-        write(run, path.parent)
-    order = {"minilm": 0, "bert-base": 1, "qwen3-0.6b": 2}
-    runs.sort(key=lambda r: order.get(r.model.key, 3))
-    print(write_summary(runs, out))
+    for path in found:
+        write(msgspec.json.decode(path.read_bytes(), type=Run), path.parent)
+    print(write_summary(read_runs(out), out))
     return 0
+
+
+def read_runs(out: Path) -> list[Run]:
+    """Every OUT/<model>/results.json, MiniLM first, then the big shapes."""
+    found = sorted(out.glob("*/results.json"), key=lambda p: p.parent.name)
+    runs = [msgspec.json.decode(p.read_bytes(), type=Run) for p in found]
+    order = {"minilm": 0, "bert-base": 1, "qwen3-0.6b": 2}
+    return sorted(runs, key=lambda r: order.get(r.model.key, 3))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from tei_export.fingerprint import exporter_fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
+QUICK_RESULTS = RESULTS / "quick"
 DEFAULT_CACHE = REPO / "bench" / ".cache"
 FASTEMBED_VENV = REPO / "bench" / ".venv-fastembed"
 
@@ -62,14 +63,16 @@ def _args(argv: list[str]) -> argparse.Namespace:
         "the in-process ones); names: " + ", ".join(engines(["float32", "int8"])),
     )
     p.add_argument("--lengths", default="", help="timed lengths, comma list (default: per model)")
-    p.add_argument("--batches", default="", help="batch sizes, comma list (default: per mode)")
+    p.add_argument("--batches", type=_positive_ints, default=(),
+                   help="batch sizes, comma list (default: per mode)")  # fmt: skip
     p.add_argument("--device", default="cpu", help="cpu or cuda (GPU.md)")
     p.add_argument(
         "--dtypes",
         default="float32,int8",
         help="our variants to run, comma list of float32, float16, int8",
     )
-    p.add_argument("--repeats", type=int, default=0, help="override the mode's repeats")
+    p.add_argument("--repeats", type=_non_negative, default=0,
+                   help="override the mode's repeats (0: the mode's own)")  # fmt: skip
     p.add_argument(
         "--checkpoint",
         type=Path,
@@ -82,8 +85,11 @@ def _args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="pre-exported artifact of the one model run (default: exported into the cache)",
     )
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                   help="checkpoints and artifacts made for the bench, reused by later runs")
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"where <model>/ and summary.md go (default: {RESULTS}; with --quick: "
+                   f"{QUICK_RESULTS}, kept out of git)")  # fmt: skip
     p.add_argument(
         "--no-profile",
         action="store_true",
@@ -320,14 +326,77 @@ def sizes_for(bm: BenchModel, opts: Options) -> Sizes:
     return sizes
 
 
+def chosen_engines(bm: BenchModel, dtypes: list[str], wanted: list[str]) -> list[str]:
+    """The engines a model runs: its own list, narrowed to `wanted` when given. The forced
+    CPU graphs double the in-process time: by default only on MiniLM, whose cells are
+    seconds; the big shapes run them when --engines names them."""
+    chosen = engines(dtypes, full_stack=bm.full_stack, graphs=bm.full_stack or bool(wanted))
+    return [e for e in chosen if e in wanted] if wanted else chosen
+
+
 def timed_lengths(bm: BenchModel, wanted: list[str]) -> list[str]:
     own = [*bm.targets, *(["mixed"] if bm.timed_mixed else [])]
     if not wanted:
         return own
-    unknown = set(wanted) - {*bm.targets, "mixed"}
-    if unknown:
-        raise SystemExit(f"{bm.key}: unknown lengths {sorted(unknown)}; known: {[*own, 'mixed']}")
-    return [x for x in [*bm.targets, "mixed"] if x in wanted]
+    known = [*bm.targets, "mixed"]
+    if unknown := set(wanted) - set(known):
+        raise SystemExit(f"{bm.key}: unknown lengths {sorted(unknown)}; known: {known}")
+    return [x for x in known if x in wanted]
+
+
+DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+          "int8": "int8"}  # fmt: skip
+
+
+def checked_options(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
+    """Models, dtypes and engines from the command line, every value checked against every
+    model before anything runs (a typo must not surface after minutes of export)."""
+    keys = args.models.split(",") if args.models else (["minilm"] if args.quick else
+                                                       list(MODEL_KEYS))  # fmt: skip
+    if unknown := set(keys) - set(MODEL_KEYS):
+        raise SystemExit(f"unknown models {sorted(unknown)}; known: {list(MODEL_KEYS)}")
+    keys = list(dict.fromkeys(keys))
+    if args.artifact is not None and len(keys) != 1:
+        raise SystemExit("--artifact needs exactly one --models")
+    if args.artifact is not None and not (args.artifact / "manifest.json").is_file():
+        raise SystemExit(f"--artifact {args.artifact}: no manifest.json, not an artifact")
+    if bad := [d for d in args.dtypes.split(",") if d not in DTYPES]:
+        raise SystemExit(f"unknown dtypes {bad}; known: float32 (fp32), float16 (fp16), int8")
+    dtypes = list(dict.fromkeys(DTYPES[d] for d in args.dtypes.split(",")))
+    wanted = args.engines.split(",") if args.engines else []
+    if unknown := set(wanted) - set(engines(dtypes)):
+        raise SystemExit(f"unknown engines {sorted(unknown)}; known: {engines(dtypes)}")
+    lengths = args.lengths.split(",") if args.lengths else []
+    for key in keys:
+        timed_lengths(MODELS[key], lengths)
+        if not chosen_engines(MODELS[key], dtypes, wanted):
+            runs = ", ".join(chosen_engines(MODELS[key], dtypes, []))
+            raise SystemExit(f"{key}: none of --engines runs on it; it runs {runs}")
+    if args.device == "cuda":
+        import onnxruntime
+
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            raise SystemExit("--device cuda: this onnxruntime has no CUDAExecutionProvider "
+                             "(onnxruntime-gpu and a GPU: bench/GPU.md)")  # fmt: skip
+    elif args.device != "cpu":
+        raise SystemExit(f"--device {args.device}: cpu or cuda")
+    return keys, dtypes, wanted
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of positive integers")
+    return values
+
+
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not 0 (the mode's own) or more")
+    return int(text)
 
 
 def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measured]) -> Run:
@@ -335,10 +404,7 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
     sizes = sizes_for(bm, opts)
     # The forced CPU graphs double the in-process time: by default only on MiniLM, whose
     # cells are seconds; the big shapes run them when --engines names them.
-    chosen = engines(opts.dtypes, full_stack=bm.full_stack,
-                     graphs=bm.full_stack or bool(opts.engines))  # fmt: skip
-    if opts.engines:
-        chosen = [e for e in chosen if e in opts.engines]
+    chosen = chosen_engines(bm, opts.dtypes, opts.engines)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     load_before = loadavg()
     checkpoint = _checkpoint(bm, opts.checkpoint, opts.cache)
@@ -442,16 +508,8 @@ def _profile(bm: BenchModel, opts: Options, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _args(argv)
-    keys = args.models.split(",") if args.models else (["minilm"] if args.quick else
-                                                         list(MODEL_KEYS))  # fmt: skip
-    if unknown := set(keys) - set(MODEL_KEYS):
-        raise SystemExit(f"unknown models {sorted(unknown)}; known: {list(MODEL_KEYS)}")
-    if args.artifact is not None and len(keys) != 1:
-        raise SystemExit("--artifact needs exactly one --models")
-    dtypes = args.dtypes.split(",")
-    wanted = args.engines.split(",") if args.engines else []
-    if unknown := set(wanted) - set(engines(dtypes)):
-        raise SystemExit(f"unknown engines {sorted(unknown)}; known: {engines(dtypes)}")
+    keys, dtypes, wanted = checked_options(args)
+    out_dir: Path = args.out or (QUICK_RESULTS if args.quick else RESULTS)
     threads = cores()
     opts = Options(
         quick=args.quick,
@@ -459,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         engines=wanted,
         dtypes=dtypes,
         lengths=args.lengths.split(",") if args.lengths else [],
-        batches=tuple(int(b) for b in args.batches.split(",")) if args.batches else (),
+        batches=args.batches,
         repeats=args.repeats,
         checkpoint=args.checkpoint,
         artifact=args.artifact,
@@ -473,17 +531,21 @@ def main(argv: list[str] | None = None) -> int:
     int8 = "not measured" if measured[0].int8 is None else f"{measured[0].int8:.0f} GOP/s"
     print(f"bench: limits: {measured[0].fp32:.0f} GFLOP/s fp32, int8 {int8}; {measured[0].blas}",
           flush=True)  # fmt: skip
-    results: list[Run] = []
+    failed: list[str] = []
     for key in keys:
         t = time.monotonic()
         run = run_model(MODELS[key], opts, host, measured)
-        out = args.out / key
-        paths = report.write(run, out)
-        results.append(run)
+        paths = report.write(run, out_dir / key)
         print(f"bench: {key} took {time.monotonic() - t:.0f}s; wrote "
               + ", ".join(str(p) for p in paths), flush=True)  # fmt: skip
+        failed += [f"{key} {e.engine}: {e.error}" for e in run.engines if e.error]
         if not (args.quick or args.no_profile or args.device != "cpu"):
-            _profile(MODELS[key], opts, args.out)
-    summary = report.write_summary(results, args.out)
+            _profile(MODELS[key], opts, out_dir)
+    # Over every model in the folder, this run's and those an earlier run left there.
+    summary = report.write_summary(report.read_runs(out_dir), out_dir)
     print(f"bench: wrote {summary}")
+    if failed:
+        print(f"bench: {len(failed)} engine runs failed (their rows are missing):",
+              *failed, sep="\n  ", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
