@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import msgspec
@@ -19,6 +20,8 @@ class Artifact(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def open_artifact(artifact_dir: str | Path) -> Artifact:
+    if not isinstance(artifact_dir, str | os.PathLike):
+        raise ManifestError(f"an artifact folder's path is needed; got {artifact_dir!r}")
     root = Path(artifact_dir).expanduser()
     if not root.is_dir():
         raise ManifestError(f"{root}: not a folder; pass a tei-export artifact folder")

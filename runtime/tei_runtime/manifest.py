@@ -175,7 +175,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     toolchain: Toolchain
     tokenizer_files: list[FileName]
     tokenizer_sha256: dict[FileName, str]
-    variants: list[Variant]
+    variants: Annotated[list[Variant], msgspec.Meta(min_length=1)]
     generative_rerank: GenerativeRerank | None = None
     """A generative reranker (a causal LM answering yes/no): how pairs become its prompt.
     Absent in every other artifact (and in artifacts written before it existed)."""

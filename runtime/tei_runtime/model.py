@@ -112,6 +112,8 @@ class Model:
         if prompt is not None and prompt_name is not None:
             raise ValidationError("pass `prompt` or `prompt_name`, not both")
         if prompt is not None:
+            if not isinstance(prompt, str):
+                raise ValidationError(f"`prompt` must be a string; got {type(prompt).__name__}")
             return prompt
         prompts = self.manifest.prompts
         name = prompt_name if prompt_name is not None else prompts.default_prompt_name
@@ -287,6 +289,10 @@ class Model:
         """Run `forward` over budget-packed, length-sorted batches; results in input order."""
         rule = self.packing
         if batch_tokens is not None:
+            if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or (
+                batch_tokens < 1
+            ):
+                raise ValidationError(f"`batch_tokens` must be at least 1; got {batch_tokens!r}")
             rule = msgspec.structs.replace(rule, budget=batch_tokens)
         return run_packed(encodings, forward, rule)
 

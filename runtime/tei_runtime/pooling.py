@@ -73,6 +73,8 @@ def truncate_dimensions(vectors: FloatArray, dimensions: int | None) -> FloatArr
 
 def check_dimensions(dimensions: int, width: int) -> None:
     """Raise ValidationError unless `dimensions` can truncate vectors `width` wide."""
+    if isinstance(dimensions, bool) or not isinstance(dimensions, int | np.integer):
+        raise ValidationError(f"`dimensions` must be an integer; got {dimensions!r}")
     # TEI's texts, so a served error reads as TEI's.
     if dimensions <= 0:
         raise ValidationError("`dimensions` should be positive")

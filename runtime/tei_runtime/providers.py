@@ -157,6 +157,8 @@ class ProviderChoice(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def parse_device(device: str) -> tuple[Device, str | None]:
+    if not isinstance(device, str):
+        raise ProviderError(f"device must be a string such as cpu or cuda:1; got {device!r}")
     name, _, arg = device.strip().lower().partition(":")
     try:
         parsed = Device(name)
@@ -172,6 +174,8 @@ def parse_device(device: str) -> tuple[Device, str | None]:
 
 def parse_dtype(dtype: str) -> DType:
     """TEI's `--dtype` names (float32, float16), int8 and auto, or an alias such as fp32."""
+    if not isinstance(dtype, str):
+        raise ProviderError(f"dtype must be a string such as auto or int8; got {dtype!r}")
     name = dtype.strip().lower()
     if name in _DTYPE_ALIASES:
         return _DTYPE_ALIASES[name]

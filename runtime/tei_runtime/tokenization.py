@@ -56,6 +56,11 @@ _U32_MAX = 2**32 - 1
 
 
 def _ids(item: object) -> tuple[int, ...]:
+    if isinstance(item, bytes | bytearray | memoryview):  # iterating them gives ints
+        raise ValidationError(
+            f"each input must be a string, a (query, passage) pair of strings or a list of "
+            f"token ids; got {type(item).__name__} (decode it to str first)"
+        )
     try:
         # operator.index takes ints and numpy integers, and refuses floats and strings.
         ids = tuple(operator.index(i) for i in item)  # type: ignore[attr-defined]
@@ -66,6 +71,8 @@ def _ids(item: object) -> tuple[int, ...]:
         ) from e
     if any(i < 0 for i in ids):
         raise ValidationError("token ids must not be negative")
+    if not ids:  # as the server's `inputs` cannot be empty: no vector of zeros
+        raise ValidationError("an input of token ids must not be empty")
     return ids
 
 
@@ -73,6 +80,10 @@ def _require_batch(inputs: object) -> None:
     # A bare string is a Sequence[str] too; iterating it would embed each character.
     if isinstance(inputs, str | bytes):
         raise ValidationError("`inputs` must be a list of inputs, not a single string")
+    if not (hasattr(inputs, "__len__") and hasattr(inputs, "__getitem__")):
+        raise ValidationError(
+            f"`inputs` must be a list (or tuple) of inputs; got {type(inputs).__name__}"
+        )
 
 
 def cut_point(text: str, budget: int, direction: Direction) -> str:

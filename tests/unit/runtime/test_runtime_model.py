@@ -149,6 +149,39 @@ def test_embed_empty_list_and_empty_inputs(embed_artifact: Built) -> None:
         m.forward_embed([])
 
 
+@pytest.mark.parametrize(
+    ("inputs", "options", "message"),
+    [
+        ([[]], {}, "token ids must not be empty"),  # was a vector of zeros
+        (["a", []], {}, "token ids must not be empty"),
+        ([b"bytes"], {}, "got bytes"),  # was read as token ids 98, 121, ...
+        (None, {}, "got NoneType"),
+        ((t for t in ["a"]), {}, "got generator"),
+        (["a"], {"dimensions": 4.0}, "`dimensions` must be an integer"),
+        (["a"], {"dimensions": True}, "`dimensions` must be an integer"),  # was 1 column
+        (["a"], {"batch_tokens": 0}, "`batch_tokens` must be at least 1"),
+        (["a"], {"prompt": 5}, "`prompt` must be a string"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_validation_errors(
+    embed_artifact: Built, inputs: object, options: dict[str, object], message: str
+) -> None:
+    m = load(embed_artifact.root)
+    with pytest.raises(ValidationError, match=message):
+        m.embed(inputs, **options)  # type: ignore[arg-type]
+
+
+def test_bad_load_arguments_are_runtime_errors(embed_artifact: Built) -> None:
+    from tei_runtime import ProviderError
+
+    with pytest.raises(ProviderError, match="dtype must be a string"):
+        load(embed_artifact.root, dtype=None)  # type: ignore[arg-type]
+    with pytest.raises(ProviderError, match="device must be a string"):
+        load(embed_artifact.root, device=None)  # type: ignore[arg-type]
+    with pytest.raises(ManifestError, match="artifact folder's path is needed"):
+        load(None)  # type: ignore[arg-type]
+
+
 def test_prompts_change_the_embedding_like_prefixing_the_text(embed_artifact: Built) -> None:
     m = load(embed_artifact.root)
     np.testing.assert_allclose(
