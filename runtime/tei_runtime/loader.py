@@ -103,6 +103,19 @@ def pick_variant(
     return manifest.variant(choice.precision, graph_cpu_class(choice, host), forced)
 
 
+def planned_variant(
+    artifact_dir: str | Path, *, device: str = "auto", dtype: str = "auto", graph: str = "auto"
+) -> tuple[Device, Variant]:
+    """The device and variant `load` with these arguments would run on this host, found
+    without loading a session (a driver that fans the work out to other processes pins its
+    workers to this graph). ProviderError / ManifestError as `load` raises them."""
+    forced = graph_form(graph)
+    artifact = open_artifact(artifact_dir)
+    host = probe()
+    choice = plan(artifact, host, device=device, dtype=dtype)
+    return choice.device, pick_variant(artifact.manifest, choice, host, forced)
+
+
 def slow_cpu_graph(variant: Variant, device: Device) -> str | None:
     """Why VARIANT runs slower on the CPU than a fresh export of it would, or None."""
     slow = [op for op in SLOW_CPU_OPS if variant.fused_ops.get(op)]

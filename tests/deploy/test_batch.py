@@ -46,7 +46,7 @@ def _job(artifact: Path, inputs: list[Path], shard_rows: int, **kw: object) -> J
     manifest = tei_runtime.load(artifact, device="cpu").manifest
     return Job(
         inputs=files,
-        artifact_variants={v.precision.value: v.sha256 for v in manifest.variants},
+        artifact_variants={v.name: v.sha256 for v in manifest.variants},
         model_id=manifest.source.model_id,
         text_field="text",
         id_field="id",
@@ -121,6 +121,74 @@ def test_bad_rows_and_inputs(tmp_path: Path) -> None:
         job.read_shard(shards[1], "text", "id")
 
 
+def test_inputs_named_twice_are_read_once(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    a = _write_jsonl(corpus / "a.jsonl", 7)
+    files, shards = plan([a, corpus, a], 5)
+    assert [f.rows for f in files] == [7]
+    assert sum(s.rows for s in shards) == 7
+
+
+def test_unreadable_parquet_and_ids_that_cannot_make_a_column(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    with pytest.raises(CorpusJobError, match="broken.parquet: not a readable Parquet file"):
+        plan([broken], 10)
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"id": "a", "text": "x"}\n{"text": "y"}\n')
+    _, [shard] = plan([mixed], 10)
+    with pytest.raises(CorpusJobError, match=r"row 1 has no 'id' \(--id-field\)"):
+        job.read_shard(shard, "text", "id")
+    null = tmp_path / "null.jsonl"
+    null.write_text('{"id": 1, "text": "x"}\n{"id": null, "text": "y"}\n')
+    _, [shard] = plan([null], 10)
+    with pytest.raises(CorpusJobError, match="row 1 has a NoneType 'id'"):
+        job.read_shard(shard, "text", "id")
+    two_types = tmp_path / "types.jsonl"
+    two_types.write_text('{"id": 1, "text": "x"}\n{"id": "2", "text": "y"}\n')
+    _, [shard] = plan([two_types], 10)
+    with pytest.raises(CorpusJobError, match="row 1's 'id' is a str, the rows before it a int"):
+        job.read_shard(shard, "text", "id")
+
+
+def test_an_output_folder_without_finished_shards_takes_a_new_job(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    """A run that failed before finishing any shard (a bad option) leaves nothing to mix:
+    the corrected rerun is not refused."""
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "out"
+    prepare_output(out, _job(toy_artifact, [corpus], 5, prompt_name="nope"))
+    prepare_output(out, _job(toy_artifact, [corpus], 5))
+    (out / "part-00000.done").write_text("{}")
+    with pytest.raises(CorpusJobError, match="differs in: shard_rows"):
+        prepare_output(out, _job(toy_artifact, [corpus], 6))
+
+
+def test_options_are_checked_before_ray_starts(toy_artifact: Path, tmp_path: Path) -> None:
+    from tei_runtime.errors import ProviderError
+
+    corpus = _write_jsonl(tmp_path / "a.jsonl", 5)
+    out = tmp_path / "out"
+    with pytest.raises(ProviderError, match="unknown dtype 'bf16'"):
+        job.run(toy_artifact, [corpus], out, dtype="bf16")
+    with pytest.raises(CorpusJobError, match="unknown --prompt-name 'query'"):
+        job.run(toy_artifact, [corpus], out, prompt_name="query")
+    with pytest.raises(CorpusJobError, match="at least 1"):
+        job.run(toy_artifact, [corpus], out, actors=0)
+    assert not (out / job.JOB_FILE).exists()
+
+
+def test_ray_error_text_digs_out_the_cause() -> None:
+    inner = CorpusJobError("a.parquet: no column 'text' (--text-field)")
+    outer = RuntimeError("UDF failed to process a data block.")
+    outer.__cause__ = inner
+    assert job.ray_error_text(outer) == "a.parquet: no column 'text' (--text-field)"
+    flat = RuntimeError("Traceback (most recent call last):\n  ...\nValueError: bad row 7")
+    assert job.ray_error_text(flat) == "ValueError: bad row 7"
+
+
 def test_shards_vectors_markers_and_resume_set(toy_artifact: Path, tmp_path: Path) -> None:
     corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
     out = tmp_path / "out"
@@ -146,6 +214,7 @@ def test_a_different_job_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
     corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
     out = tmp_path / "out"
     prepare_output(out, _job(toy_artifact, [corpus], 5))
+    (out / "part-00000.done").write_text("{}")  # one shard finished: the folder is this job's
     prepare_output(out, _job(toy_artifact, [corpus], 5))  # the same job resumes
     with pytest.raises(CorpusJobError, match=r"another job's shards \(it differs in: shard_rows\)"):
         prepare_output(out, _job(toy_artifact, [corpus], 6))
@@ -242,6 +311,10 @@ def test_cli_killed_then_resumed(minilm_artifact: Path, tmp_path: Path) -> None:
     assert ids == [f"doc-{i}" for i in range(200)]
     expected = tei_runtime.load(minilm_artifact, device="cpu").embed(_texts(200))
     np.testing.assert_allclose(vectors, expected, atol=2e-5)
+    # The same job asked in int8 would mix two graphs' vectors in one output: refused.
+    other = subprocess.run([*cmd, "--dtype", "int8"], capture_output=True, text=True, timeout=600)
+    assert other.returncode == 1
+    assert "differs in: variant" in other.stderr, other.stderr[-2000:]
 
 
 def test_a_changed_bundle_is_refused_before_any_work(toy_artifact: Path, tmp_path: Path) -> None:
@@ -256,6 +329,25 @@ def test_a_changed_bundle_is_refused_before_any_work(toy_artifact: Path, tmp_pat
     with pytest.raises(ManifestError):
         job.run(tar, [corpus], tmp_path / "out", shard_rows=5)
     assert not list((tmp_path / "out").glob("part-*"))
+
+
+@pytest.mark.slow
+def test_a_bad_row_found_by_an_actor_is_the_error_shown(
+    minilm_artifact: Path, tmp_path: Path
+) -> None:
+    """What an actor raises reaches the user in one line (Ray alone says only "UDF failed to
+    process a data block")."""
+    table = pa.table({"id": [1, 2], "body": ["no", "text column"]})
+    pq.write_table(table, tmp_path / "nocol.parquet")
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("tei-embed")), str(minilm_artifact),
+         str(tmp_path / "nocol.parquet"), str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("tei-embed: error: shard part-00000: "), result.stderr[-2000:]
+    assert "nocol.parquet: no column 'text' (--text-field)" in last
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ The shards go through `Dataset.map_batches` to a pool of actors that each load t
 once; an actor reads its shard's rows, embeds them and writes `part-NNNNN.parquet` (columns
 `id`, `embedding`), then `part-NNNNN.done`. A rerun after a crash skips every shard with a done
 marker; a shard written but not marked is redone. `_tei_embed.json` records what the job was
-(inputs, artifact, fields, shard size) and a rerun with different ones is refused rather than
-mixing two jobs' shards. Needs the `ray` extra (from a checkout: `pip install '.[ray]'`).
+(inputs, artifact and the graph embedding with, fields, shard size) and, once a shard is done,
+a rerun with different ones is refused rather than mixing two jobs' shards. Needs the `ray` extra (from a checkout: `pip install '.[ray]'`).
 """
 
 from __future__ import annotations
@@ -60,13 +60,16 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
 
     inputs: list[InputFile]
     artifact_variants: dict[str, str]
-    """precision -> graph sha256 of the artifact the vectors come from."""
+    """variant name -> graph sha256, of the artifact the vectors come from."""
     model_id: str
     text_field: str
     id_field: str
     shard_rows: int
     normalize: bool
     prompt_name: str | None = None
+    variant: str = ""
+    """The graph every shard is embedded with (fp32, int8-plain ...): one job, one graph,
+    whatever --dtype a rerun asks for or the CPU an actor lands on."""
 
 
 class Shard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -95,6 +98,8 @@ def part_name(index: int) -> str:
 
 
 def input_files(paths: Sequence[Path]) -> list[Path]:
+    """The input files in the order given, each once (a file named twice, or also inside a
+    folder given, would embed its rows twice)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -108,7 +113,11 @@ def input_files(paths: Sequence[Path]) -> list[Path]:
             files.append(path)
         else:
             raise CorpusJobError(f"{path}: no such file or folder")
-    return files
+    unique = list(dict.fromkeys(p.resolve() for p in files))
+    if len(unique) < len(files):
+        log.warning("%d input files were named more than once; each is read once",
+                    len(files) - len(unique))  # fmt: skip
+    return unique
 
 
 def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int]]:
@@ -139,7 +148,10 @@ def plan(paths: Sequence[Path], shard_rows: int) -> tuple[list[InputFile], list[
         if kind == "jsonl":
             rows, offsets = _jsonl_offsets(path, shard_rows)
         else:
-            rows, offsets = pq.ParquetFile(path).metadata.num_rows, []
+            try:
+                rows, offsets = pq.ParquetFile(path).metadata.num_rows, []
+            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                raise CorpusJobError(f"{path}: not a readable Parquet file ({e})") from e
         inputs.append(
             InputFile(path=str(path.resolve()), kind=kind, size=path.stat().st_size, rows=rows)
         )
@@ -175,7 +187,7 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
                     records.append(json.loads(line))
         rows: list[Any] = records
         texts = [r.get(text_field) for r in records]
-        ids = [r.get(id_field, shard.first_row + i) for i, r in enumerate(records)]
+        ids = _jsonl_ids(shard, records, id_field)
     else:
         import pyarrow.parquet as pq
 
@@ -188,6 +200,10 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
             if id_field in table.column_names
             else list(range(shard.first_row, shard.first_row + table.num_rows))
         )
+        if None in ids:
+            raise CorpusJobError(
+                f"{shard.path}: row {shard.start + ids.index(None)} has a null {id_field!r}"
+            )
     if len(rows) != shard.rows:
         raise CorpusJobError(
             f"{shard.path}: changed since the job was planned (shard {shard.index})"
@@ -200,6 +216,29 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
             )
         checked.append(text)
     return checked, ids
+
+
+def _jsonl_ids(shard: Shard, records: list[dict[str, Any]], id_field: str) -> list[Any]:
+    """Every row's id, or every row's corpus row number where no row has one: a file whose
+    rows mix the two (or give null, or ids of two types) has no id column to write."""
+    if not any(id_field in r for r in records):
+        return list(range(shard.first_row, shard.first_row + len(records)))
+    ids: list[Any] = []
+    for i, record in enumerate(records):
+        value = record.get(id_field)
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            what = "no" if id_field not in record else f"a {type(value).__name__}"
+            raise CorpusJobError(
+                f"{shard.path}: row {shard.start + i} has {what} {id_field!r} (--id-field) where "
+                "other rows have one: give every row a string or integer id, or none"
+            )
+        if ids and type(value) is not type(ids[0]):
+            raise CorpusJobError(
+                f"{shard.path}: row {shard.start + i}'s {id_field!r} is a "
+                f"{type(value).__name__}, the rows before it a {type(ids[0]).__name__}"
+            )
+        ids.append(value)
+    return ids
 
 
 def _parquet_rows(file: Any, start: int, count: int) -> pa.Table:
@@ -282,13 +321,17 @@ def prepare_output(out_dir: Path, job: Job) -> None:
             previous = msgspec.json.decode(path.read_bytes(), type=Job)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise CorpusJobError(f"{path}: damaged ({e}); remove {out_dir} to start over") from e
-        if previous != job:
+        if previous != job and not any(out_dir.glob("part-*.done")):
+            # The earlier job finished no shard (it failed at once): nothing of it to mix.
+            log.info("%s: the earlier job there finished no shard; recording this one", out_dir)
+        elif previous != job:
             fields = [f for f in Job.__struct_fields__ if getattr(previous, f) != getattr(job, f)]
             raise CorpusJobError(
                 f"{out_dir} holds another job's shards (it differs in: {', '.join(fields)}); "
                 "use a new output folder, or rerun with the same inputs and options"
             )
-        return
+        else:
+            return
     tmp = out_dir / f".{JOB_FILE}.tmp"
     tmp.write_bytes(msgspec.json.format(msgspec.json.encode(job), indent=2) + b"\n")
     tmp.replace(path)
@@ -301,26 +344,47 @@ class ShardEmbedder:
     """The actor of `map_batches`: loads the artifact once, then embeds whole shards."""
 
     def __init__(
-        self, artifact: str, job: bytes, out_dir: str, device: str, dtype: str, threads: int
-    ) -> None:
+        self, artifact: str, job: bytes, out_dir: str, device: str, dtype: str, graph: str,
+        threads: int,
+    ) -> None:  # fmt: skip
         import tei_runtime
 
-        self.model = tei_runtime.load(
-            artifact, device=device, dtype=dtype, intra_op_threads=threads
-        )
         self.job = msgspec.json.decode(job, type=Job)
         self.out_dir = Path(out_dir)
+        self.model = tei_runtime.load(
+            artifact, device=device, dtype=dtype, graph=graph, intra_op_threads=threads
+        )
+        if self.model.variant.name != self.job.variant:
+            raise CorpusJobError(
+                f"this worker runs the {self.model.variant.name} graph where the job embeds "
+                f"with {self.job.variant}: run every worker on the same device kind"
+            )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         indices: list[int] = []
         rows: list[int] = []
+        errors: list[str] = []
         for raw in batch["shard"]:
             shard = msgspec.json.decode(
                 bytes(raw, "utf-8") if isinstance(raw, str) else raw, type=Shard
             )
-            rows.append(embed_shard(self.model, self.job, shard, self.out_dir))
+            # The error goes back as data: Ray's wrapping of an exception raised here keeps
+            # its text only deep inside its own ("UDF failed to process a data block").
+            try:
+                rows.append(embed_shard(self.model, self.job, shard, self.out_dir))
+                errors.append("")
+            except (CorpusJobError, TeiRuntimeError) as e:
+                rows.append(-1)
+                errors.append(str(e))
+            except Exception as e:  # a row json or pyarrow cannot read: its own words
+                rows.append(-1)
+                errors.append(f"{shard.path}: {type(e).__name__}: {e}")
             indices.append(shard.index)
-        return {"index": np.array(indices, dtype=np.int64), "rows": np.array(rows, np.int64)}
+        return {
+            "index": np.array(indices, dtype=np.int64),
+            "rows": np.array(rows, np.int64),
+            "error": np.array(errors, dtype=object),
+        }
 
 
 def run(
@@ -341,13 +405,26 @@ def run(
     """Embed every unfinished shard; returns counts of shards done now, skipped and total."""
     import ray
 
+    from tei_runtime.loader import planned_variant
+    from tei_runtime.providers import Device
+
+    if actors < 1 or threads_per_actor < 1:
+        raise CorpusJobError("--actors and --threads-per-actor must be at least 1")
     # A bundle is unpacked beside the shards: storage every actor writes to, kept for resumes.
     artifact = artifact_folder(artifact, out_dir / BUNDLE_CACHE)
     manifest = read_manifest(artifact)
+    # Here, before Ray starts: a device or dtype that cannot run fails in one line, and the
+    # graph this host picks is the one every actor runs.
+    kind, variant = planned_variant(artifact, device=device, dtype=dtype)
+    graph = variant.graph.value if kind is Device.CPU else "auto"
+    if prompt_name is not None and prompt_name not in manifest.prompts.prompts:
+        known = ", ".join(sorted(manifest.prompts.prompts)) or "none"
+        raise CorpusJobError(f"unknown --prompt-name {prompt_name!r}; the artifact has: {known}")
     files, shards = plan(inputs, shard_rows)
     job = Job(
         inputs=files,
-        artifact_variants={v.precision.value: v.sha256 for v in manifest.variants},
+        artifact_variants={v.name: v.sha256 for v in manifest.variants},
+        variant=variant.name,
         model_id=manifest.source.model_id,
         text_field=text_field,
         id_field=id_field,
@@ -370,7 +447,7 @@ def run(
     if not todo:
         return {"embedded": 0, "skipped": len(done), "total": len(shards)}
     if not ray.is_initialized():
-        ray.init()
+        _start_ray(None)
     items = [{"shard": msgspec.json.encode(s).decode()} for s in todo]
     dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         ShardEmbedder,
@@ -380,6 +457,7 @@ def run(
             "out_dir": str(out_dir.resolve()),
             "device": device,
             "dtype": dtype,
+            "graph": graph,
             "threads": threads_per_actor,
         },
         batch_size=1,  # one shard per call: a crash loses at most one shard per actor
@@ -391,6 +469,8 @@ def run(
     embedded_rows = 0
     embedded = 0
     for row in _rows(dataset):
+        if row.get("error"):
+            raise CorpusJobError(f"shard {part_name(int(row['index']))}: {row['error']}")
         embedded += 1
         embedded_rows += int(row["rows"])
         rate = embedded_rows / max(time.monotonic() - started, 1e-9)
@@ -406,12 +486,46 @@ def run(
     return {"embedded": embedded, "skipped": len(done), "total": len(shards)}
 
 
+def _start_ray(address: str | None) -> None:
+    import ray
+
+    try:
+        ray.init(address=address)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = address or os.environ.get("RAY_ADDRESS") or "a local Ray"
+        raise CorpusJobError(f"cannot start or reach Ray ({where}): {e}") from e
+
+
+def ray_error_text(error: BaseException) -> str:
+    """The words of what failed inside Ray: the innermost cause that has any, else the last
+    line of Ray's own text (which holds the original error's)."""
+    seen: BaseException | None = error
+    found = ""
+    while seen is not None:
+        text = str(seen).strip()
+        if text and not text.startswith("UDF failed") and "Traceback" not in text:
+            found = text
+        seen = getattr(seen, "cause", None) or seen.__cause__
+        if seen is error:
+            break
+    if found:
+        return found
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def _rows(dataset: Any) -> Iterator[dict[str, Any]]:
     rows: Iterator[dict[str, Any]] = dataset.iter_rows()
     return rows
 
 
 # ---- CLI -----------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -438,11 +552,11 @@ def _parser() -> argparse.ArgumentParser:
         default="id",
         help="field/column with the id (id); the corpus row number when absent",
     )
-    p.add_argument("--shard-rows", type=int, default=10_000, help="rows per output shard")
-    p.add_argument("--actors", type=int, default=1, help="model replicas (Ray actors)")
+    p.add_argument("--shard-rows", type=_positive, default=10_000, help="rows per output shard")
+    p.add_argument("--actors", type=_positive, default=1, help="model replicas (Ray actors)")
     p.add_argument(
         "--threads-per-actor",
-        type=int,
+        type=_positive,
         default=1,
         help="CPUs reserved per actor and onnxruntime threads",
     )
@@ -474,9 +588,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    if args.address:
-        ray.init(address=args.address)
     try:
+        if args.address:
+            _start_ray(args.address)
         counts = run(
             args.artifact,
             args.paths[:-1],
@@ -494,9 +608,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CorpusJobError, TeiRuntimeError) as e:
         print(f"tei-embed: error: {e}", file=sys.stderr)
         return 1
-    except ray.exceptions.RayTaskError as e:
-        # An actor failed (a changed input, a bad row): its cause, not Ray's traceback.
-        print(f"tei-embed: error: {e.cause if e.cause is not None else e}", file=sys.stderr)
+    except ray.exceptions.RayError as e:
+        # An actor could not start or died: the cause's words, not Ray's traceback.
+        print(f"tei-embed: error: {ray_error_text(e)}", file=sys.stderr)
         return 1
     print(json.dumps(counts))
     return 0
