@@ -45,8 +45,10 @@ def variant_reason(variant: Variant, cpu: CpuClass, *, forced: bool = False) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.print_host:
-        _parser().print_usage(sys.stderr)
-        return 2
+        _parser().error(
+            "nothing to do: --print-host is the one action (what this host runs the artifact "
+            "with); embed from Python (tei_runtime.load) or serve it (tei-serve)"
+        )
     host = probe()
     report: dict[str, object] = {
         "host": {**msgspec.to_builtins(host), "usable_cores": host.usable_cores}

@@ -133,7 +133,7 @@ def test_inputs_named_twice_are_read_once(tmp_path: Path) -> None:
 def test_unreadable_parquet_and_ids_that_cannot_make_a_column(tmp_path: Path) -> None:
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"not parquet at all")
-    with pytest.raises(CorpusJobError, match="broken.parquet: not a readable Parquet file"):
+    with pytest.raises(CorpusJobError, match=r"broken\.parquet: not a readable Parquet file"):
         plan([broken], 10)
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text('{"id": "a", "text": "x"}\n{"text": "y"}\n')

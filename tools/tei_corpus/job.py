@@ -9,7 +9,8 @@ once; an actor reads its shard's rows, embeds them and writes `part-NNNNN.parque
 `id`, `embedding`), then `part-NNNNN.done`. A rerun after a crash skips every shard with a done
 marker; a shard written but not marked is redone. `_tei_embed.json` records what the job was
 (inputs, artifact and the graph embedding with, fields, shard size) and, once a shard is done,
-a rerun with different ones is refused rather than mixing two jobs' shards. Needs the `ray` extra (from a checkout: `pip install '.[ray]'`).
+a rerun with different ones is refused rather than mixing two jobs' shards. Needs the `ray`
+extra (from a checkout: `pip install '.[ray]'`).
 """
 
 from __future__ import annotations

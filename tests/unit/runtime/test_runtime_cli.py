@@ -45,9 +45,13 @@ def test_print_host_graph_flag(embed_artifact: Built, capsys: pytest.CaptureFixt
     assert "no plain fp32 graph" in json.loads(capsys.readouterr().out)["error"]
 
 
-def test_without_flag_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 2
-    assert "usage" in capsys.readouterr().err
+@pytest.mark.parametrize("argv", [[], ["artifacts/minilm"]])
+def test_without_flag_says_what_to_do(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage" in err and "error: nothing to do: --print-host is the one action" in err
 
 
 def _unloadable(built: Built) -> Path:
