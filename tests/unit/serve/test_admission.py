@@ -223,3 +223,20 @@ def test_tiny_requests_tokenize_on_the_loop_and_the_rest_on_the_pool() -> None:
     assert threads[0] == loop_thread and threads[2] == loop_thread
     assert threads[1].startswith("tok-pool") and threads[3].startswith("tok-pool")
     assert threads[4] == loop_thread and threads[5].startswith("tok-pool")
+
+
+def test_tokenization_time_is_per_input_as_tei_reports_it() -> None:
+    """TEI's x-tokenization-time (and its histogram) is the average over a batch's inputs."""
+    model = _ThreadRecordingModel()
+    adm = admission.Admission(
+        model,  # type: ignore[arg-type]  # only encode is used by tokenize
+        None,  # type: ignore[arg-type]
+        MetricFamilies(64).view("m"), max_concurrent_requests=8,
+        pool=ThreadPoolExecutor(1),
+    )  # fmt: skip
+    ticks = iter([10.0, 10.8])  # the call took 0.8 s
+    adm.clock = lambda: next(ticks)
+    meta = admission.Tally(start=0.0)
+    asyncio.run(adm.tokenize(["a", "b", "c", "d"], truncate=True, truncation_direction="right",
+                             prompt_name=None, meta=meta))  # fmt: skip
+    assert meta.tokenization == pytest.approx(0.2)
