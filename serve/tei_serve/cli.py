@@ -20,9 +20,10 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
+from types import FrameType
 
 import uvicorn
 
@@ -308,7 +309,11 @@ def serve(served: Serving | Models) -> bool:
     that was there before it; that handler is a no-op here, so the process exits 0 as TEI's
     does after a graceful shutdown.
     """
-    uv = uvicorn.Server(uvicorn_config(served))
+    models = Models.of(served)
+    uv = GracefulServer(
+        uvicorn_config(served), shed=lambda: _shed_at_the_deadline(models),
+        grace=SHUTDOWN_GRACE_SECONDS,
+    )  # fmt: skip
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _after_shutdown)
@@ -317,6 +322,38 @@ def serve(served: Serving | Models) -> bool:
     except SystemExit:  # uvicorn exits 3 where it cannot bind; the CLI says 1, as with --grpc
         return False
     return bool(uv.started)
+
+
+# Queued work is refused this long before uvicorn's grace period ends: time for the batch
+# already running to finish and for every refused request's 503 to be written.
+SHED_MARGIN_SECONDS = 3.0
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server, which at the end of its shutdown grace period cancels the requests
+    still running: their clients get a bare 500 and the log a traceback each. Just before
+    that, `shed` refuses the work still queued, so those clients read TEI's 503 instead."""
+
+    def __init__(self, config: uvicorn.Config, *, shed: Callable[[], None], grace: float) -> None:
+        super().__init__(config)
+        self._shed = shed
+        self._grace = grace
+        self._deadline_set = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if not self._deadline_set:
+            self._deadline_set = True
+            # A signal lands on the main thread, where the serving loop runs.
+            loop = asyncio.get_event_loop()
+            delay = max(0.0, self._grace - SHED_MARGIN_SECONDS)
+            loop.call_soon_threadsafe(loop.call_later, delay, self._shed)
+
+
+def _shed_at_the_deadline(models: Models) -> None:
+    refused = models.shed("server is shutting down: its grace period is over")
+    if refused:
+        log.warning("shutdown grace period over: %d queued inputs refused with 503", refused)
 
 
 def serve_grpc(served: Serving | Models) -> bool:

@@ -192,10 +192,12 @@ class MessageTooLargeError(MalformedMessageError):
 
 
 class ClientGoneError(TeiError):
-    """The client went away before its answer was ready; nothing is left queued for it."""
+    """The client went away before its answer was ready; nothing is left queued for it.
+    Counted once per request (`te_request_failure{err="client_gone"}`, ours: TEI counts
+    nothing), and logged as the client's doing, not as a Backend failure."""
 
     status = 499
-    metric = None
+    metric = "client_gone"
 
     @property
     def grpc_code(self) -> GrpcCode:

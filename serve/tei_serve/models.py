@@ -108,6 +108,10 @@ class Models:
         for s in self.servings:
             s.start()
 
+    def shed(self, message: str) -> int:
+        """Refuse what every model still has queued; the count refused."""
+        return sum(s.shed(message) for s in self.servings)
+
     async def stop(self) -> None:
         """Drain every model's queue, then close what they share."""
         await asyncio.gather(*(s.stop() for s in self.servings))

@@ -33,11 +33,11 @@ def log_failure(
     that left before its answer. `status` is the front-end's (HTTP's 422, gRPC's
     INVALID_ARGUMENT); `cause`, an exception no error class describes, adds its traceback."""
     if isinstance(err, ClientGoneError):
-        level = logging.INFO
-    elif err.error_type in _SERVER_SIDE:
-        level = logging.ERROR
-    else:
-        level = logging.WARNING
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s model=%s: the client left before its answer (%s)", route,
+                     err.model or "-", err.message)  # fmt: skip
+        return
+    level = logging.ERROR if err.error_type in _SERVER_SIDE else logging.WARNING
     if log.isEnabledFor(level):
         log.log(level, "%s model=%s failed: %s %s: %s", route, err.model or "-",
                 err.error_type.value, status, err.message, exc_info=cause)  # fmt: skip

@@ -24,7 +24,7 @@ from tei_runtime.packing import run_packed
 from tei_serve.errors import BackendError, UnhealthyError
 from tei_serve.metrics import Metrics
 from tei_serve.model import Array
-from tei_serve.token_queue import Batch, Entry, TokenBudgetQueue
+from tei_serve.token_queue import Batch, TokenBudgetQueue
 
 log = logging.getLogger("tei_serve")
 
@@ -106,6 +106,20 @@ class Worker:
         self._wake.set()
         return future
 
+    def shed(self, message: str) -> int:
+        """Refuse every entry still queued with UnhealthyError(message), and every new one:
+        the shutdown's grace is running out, and an answer now beats a cancelled request.
+        The batch already running finishes. Returns how many entries were refused."""
+        self._closing = True
+        refused = 0
+        for entry in self.queue.drain():
+            if not entry.payload.future.done():
+                entry.payload.future.set_exception(UnhealthyError(message))
+                refused += 1
+        self.metrics.queue_size.set(0)
+        self._wake.set()
+        return refused
+
     async def stop(self) -> None:
         """Finish every accepted entry, then end both tasks."""
         self._closing = True
@@ -136,7 +150,6 @@ class Worker:
                 await self._wake.wait()
                 continue
             taken = self.queue.next_batch()
-            self._count_dropped(taken.dropped)
             self.metrics.queue_size.set(len(self.queue))
             if taken.batch is None:
                 continue
@@ -159,7 +172,7 @@ class Worker:
                 return
             self._slot_free.set()
             entries = [e for e in batch.entries if not e.payload.future.done()]
-            self._count_dropped([e for e in batch.entries if e.payload.future.done()])
+            # Entries whose client left are skipped; the request counts itself (client_gone).
             if not entries:
                 continue
             started = self.clock()
@@ -187,9 +200,6 @@ class Worker:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _count_dropped(self, dropped: Sequence[Entry[Job]]) -> None:
-        if dropped:
-            self.metrics.inc("te_request_failure", "dropped", by=len(dropped))
 
     def _forward(self, output: Output, encodings: Sequence[Encoding]) -> Sequence[Array]:
         return forward_in_pieces(self.model, output, encodings)

@@ -109,9 +109,63 @@ def test_client_disconnect_drops_entries(serve: Callable[..., Running]) -> None:
         _wait(lambda: r.serving.admission.permits.available == 7)  # the leaver's permits are back
         r.model.gate.set()
         assert blocker.result().status_code == 200
-    _wait(lambda: 'te_request_failure{err="dropped"} 3' in r.client.get("/metrics").text)
+    # One failure for the one request that left (not one per input it had queued).
+    _wait(lambda: 'te_request_failure{err="client_gone"} 1' in r.client.get("/metrics").text)
+    assert 'err="dropped"' not in r.client.get("/metrics").text
     assert r.model.batches == [1]  # the leaver's entries never ran
     assert r.client.post("/embed", json={"inputs": "e"}).status_code == 200
+
+
+def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
+    tokenizer_json: Path,
+) -> None:
+    """More queued work than the shutdown grace period (here 4 s) allows: what is still
+    queued when it is nearly over is refused with TEI's 503 body, instead of uvicorn
+    cancelling the requests at its end (a bare 500 and a traceback each)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "serve_fake.py"), str(tokenizer_json),
+         str(port), "1.0", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/health", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        _wait(up, timeout=30)
+        answers: list[httpx.Response] = []
+        lock = threading.Lock()
+
+        def call(i: int) -> None:
+            resp = httpx.post(f"{url}/embed", json={"inputs": f"hello {i}"}, timeout=60)
+            with lock:
+                answers.append(resp)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        _wait(lambda: 'te_request_count{method="single"} 10'
+              in httpx.get(f"{url}/metrics", timeout=5).text)  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=60)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    statuses = sorted(r.status_code for r in answers)
+    assert set(statuses) == {200, 503}, (statuses, out[-3000:])  # ~3 ran, the rest refused
+    for r in answers:
+        if r.status_code == 503:
+            assert r.json() == {"error": "server is shutting down: its grace period is over",
+                                "error_type": "Unhealthy"}  # fmt: skip
+    assert proc.returncode == 0, out[-3000:]
+    assert "Exception in ASGI application" not in out and "Traceback" not in out
+    assert "queued inputs refused with 503" in out
 
 
 def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:

@@ -23,6 +23,7 @@ model, else the first.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -37,6 +38,7 @@ from tei_runtime.manifest import Task
 from tei_serve import observe
 from tei_serve.admission import waiting_for_permits
 from tei_serve.errors import (
+    ClientGoneError,
     MalformedMessageError,
     MessageTooLargeError,
     ModelTypeError,
@@ -255,6 +257,14 @@ class TeiServices:
             return await work
         except TeiError as e:
             await self.fail(call, e)
+        except asyncio.CancelledError:
+            # The client cancelled the call or went away: counted and logged as HTTP counts
+            # and logs a client that leaves.
+            gone = ClientGoneError("call cancelled")
+            gone.model = call.picked
+            observe.log_failure(call.route, gone, "CANCELLED")
+            self.models.families.failure("client_gone", model=gone.model)
+            raise
 
     def observed(
         self, call: Call, serving: Serving, work: Awaitable[observe.R], *, handler: str,
