@@ -7,6 +7,5 @@ by the product packages, and the test suite never asserts a figure from it.
 
 import os as _os
 
-# Every engine's process (ours, fastembed's and infinity's onnxruntime) inherits this: none
-# runs onnxruntime's telemetry uploader beside the timed work.
+# The bench's own onnxruntime (the limits, the profile); its engines get it from clean_env.
 _os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

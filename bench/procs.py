@@ -50,6 +50,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
     env |= {"INFINITY_ANONYMOUS_USAGE_STATS": "0", "PYTHONUNBUFFERED": "1"}
+    env |= {"ORT_DISABLE_TELEMETRY": "1"}  # no engine's onnxruntime uploads beside the timing
     return env | extra
 
 
