@@ -42,6 +42,7 @@ from tei_serve.models import LoadedModel, Models, build_models
 from tei_serve.serving import Serving
 from tei_serve.settings import (
     KEEP_ALIVE_SECONDS,
+    SHED_MARGIN_SECONDS,
     SHUTDOWN_GRACE_SECONDS,
     Settings,
     SettingsError,
@@ -311,7 +312,7 @@ def serve(served: Serving | Models) -> bool:
     """
     models = Models.of(served)
     uv = GracefulServer(
-        uvicorn_config(served), shed=lambda: _shed_at_the_deadline(models),
+        uvicorn_config(served), shed=models.shed_at_the_deadline,
         grace=SHUTDOWN_GRACE_SECONDS,
     )  # fmt: skip
     if threading.current_thread() is threading.main_thread():
@@ -322,11 +323,6 @@ def serve(served: Serving | Models) -> bool:
     except SystemExit:  # uvicorn exits 3 where it cannot bind; the CLI says 1, as with --grpc
         return False
     return bool(uv.started)
-
-
-# Queued work is refused this long before uvicorn's grace period ends: time for the batch
-# already running to finish and for every refused request's 503 to be written.
-SHED_MARGIN_SECONDS = 3.0
 
 
 class GracefulServer(uvicorn.Server):
@@ -348,12 +344,6 @@ class GracefulServer(uvicorn.Server):
             loop = asyncio.get_event_loop()
             delay = max(0.0, self._grace - SHED_MARGIN_SECONDS)
             loop.call_soon_threadsafe(loop.call_later, delay, self._shed)
-
-
-def _shed_at_the_deadline(models: Models) -> None:
-    refused = models.shed("server is shutting down: its grace period is over")
-    if refused:
-        log.warning("shutdown grace period over: %d queued inputs refused with 503", refused)
 
 
 def serve_grpc(served: Serving | Models) -> bool:

@@ -11,6 +11,7 @@ so one onnxruntime environment.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
 import msgspec
@@ -21,6 +22,8 @@ from tei_serve.model import ServedModel
 from tei_serve.routing import Candidate, Route, choose
 from tei_serve.serving import ClassifierModel, EmbeddingModel, ModelInfo, Serving, Shared
 from tei_serve.settings import Settings
+
+log = logging.getLogger("tei_serve")
 
 __all__ = ("ListedModel", "LoadedModel", "Models", "ServerInfo", "build_models")
 
@@ -111,6 +114,13 @@ class Models:
     def shed(self, message: str) -> int:
         """Refuse what every model still has queued; the count refused."""
         return sum(s.shed(message) for s in self.servings)
+
+    def shed_at_the_deadline(self) -> None:
+        """The shutdown's grace is nearly over (HTTP and gRPC alike): what is still queued is
+        answered Unhealthy now, rather than cancelled with no answer when it ends."""
+        refused = self.shed("server is shutting down: its grace period is over")
+        if refused:
+            log.warning("shutdown grace period over: %d queued inputs refused with 503", refused)
 
     async def stop(self) -> None:
         """Drain every model's queue, then close what they share."""

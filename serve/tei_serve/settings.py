@@ -33,6 +33,9 @@ AUTO_DENSE = "auto"
 NO_ADAPTER = "none"
 """--adapter's value for: the base weights, no task adapter merged."""
 SHUTDOWN_GRACE_SECONDS = 25
+# Queued work is refused this long before the grace period ends (HTTP and gRPC): time for the
+# batch already running to finish and for every refused request's answer to be written.
+SHED_MARGIN_SECONDS = 3.0
 """After SIGTERM, how long calls in flight (HTTP and gRPC) may take before they are cut:
 inside Kubernetes' default 30 s grace period, so the pod exits before it is killed."""
 KEEP_ALIVE_SECONDS = 620

@@ -112,7 +112,9 @@ class Worker:
         The batch already running finishes. Returns how many entries were refused."""
         self._closing = True
         refused = 0
-        for entry in self.queue.drain():
+        # The queue, and the batch formed next (its runner skips entries already answered).
+        waiting = self.queue.drain() + (list(self._slot.entries) if self._slot else [])
+        for entry in waiting:
             if not entry.payload.future.done():
                 entry.payload.future.set_exception(UnhealthyError(message))
                 refused += 1

@@ -692,6 +692,56 @@ def test_graceful_stop_answers_the_calls_in_flight(
     r.thread.join(timeout=30)
 
 
+def test_calls_queued_at_the_end_of_the_grace_period_are_unavailable_not_cancelled(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    import asyncio
+
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, max_batch_requests=1)
+    model = r.serving.model
+    model.gate.clear()
+    embed = stubs.EmbedStub(r.channel)
+    running = embed.Embed.future(pb.EmbedRequest(inputs="hello world"))
+    _wait(model.running.is_set)
+    queued = [embed.Embed.future(pb.EmbedRequest(inputs=f"later {i}")) for i in range(4)]
+    _wait(lambda: len(r.serving.worker.queue) + len(r.serving.worker._slot or []) == 4)
+    # grace 3.5 s: what is queued is refused 0.5 s in (SHED_MARGIN_SECONDS before the end)
+    stopping = asyncio.run_coroutine_threadsafe(r.front.stop(grace=3.5), r.loop)
+    for call in queued:
+        with pytest.raises(grpc.RpcError) as refused:
+            call.result(timeout=30)
+        err: Any = refused.value
+        assert err.code() is grpc.StatusCode.UNAVAILABLE
+        assert err.details() == "server is shutting down: its grace period is over"
+    model.gate.set()
+    assert len(running.result(timeout=30).embeddings) == 16  # the running batch finished
+    stopping.result(timeout=30)
+    r.stopped = True
+    r.channel.close()
+    r.loop.call_soon_threadsafe(r.loop.stop)
+    r.thread.join(timeout=30)
+
+
+def test_a_cancelled_call_counts_once_as_client_gone(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    model = r.serving.model
+    model.gate.clear()
+    embed = stubs.EmbedStub(r.channel)
+    blocker = embed.Embed.future(pb.EmbedRequest(inputs="hold"))
+    _wait(model.running.is_set)
+    leaver = embed.Embed.future(pb.EmbedRequest(inputs="leave"))
+    _wait(lambda: len(r.serving.worker.queue) + len(r.serving.worker._slot or []) >= 1)
+    leaver.cancel()
+    url = f"http://127.0.0.1:{r.metrics_port}/metrics"
+    _wait(lambda: 'te_request_failure{err="client_gone"} 1' in httpx.get(url, timeout=10).text)
+    model.gate.set()
+    assert blocker.result(timeout=30).embeddings
+
+
 def test_errors_are_logged_as_over_http(
     grpc_serve: Callable[..., RunningGrpc], client: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

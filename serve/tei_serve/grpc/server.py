@@ -31,7 +31,7 @@ from tei_serve.grpc.services import TRANSPORT_MESSAGE_LIMIT, TeiServices, messag
 from tei_serve.metrics_port import MetricsPort
 from tei_serve.models import Models
 from tei_serve.serving import Serving
-from tei_serve.settings import SHUTDOWN_GRACE_SECONDS
+from tei_serve.settings import SHED_MARGIN_SECONDS, SHUTDOWN_GRACE_SECONDS
 
 log = logging.getLogger("tei_serve")
 
@@ -104,6 +104,7 @@ class GrpcServer:
         self.models = Models.of(front)
         s = self.models.settings
         self.health = ModelHealth(self.models)
+        self.services = TeiServices(self.models)
         self.metrics_port = MetricsPort(self.models.families.render, s.hostname,
                                         s.prometheus_port)  # fmt: skip
         self.port = 0
@@ -129,7 +130,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        for service, handlers in TeiServices(self.models).handlers().items():
+        for service, handlers in self.services.handlers().items():
             server.add_registered_method_handlers(service, handlers)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         names = [*ALWAYS_SERVING, *MODEL_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -160,10 +161,19 @@ class GrpcServer:
         await self.health.refresh()
 
     async def stop(self, grace: float | None = SHUTDOWN_GRACE_SECONDS) -> None:
-        """Refuse new calls, let those in flight finish (up to `grace`), drain the queue."""
+        """Refuse new calls, let those in flight finish (up to `grace`; what is still queued
+        near its end is answered UNAVAILABLE rather than cancelled), drain the queue."""
         await self.health.enter_graceful_shutdown()
+        self.services.stopping = True
         if self._grpc is not None:
+            deadline = None
+            if grace is not None:
+                deadline = asyncio.get_running_loop().call_later(
+                    max(0.0, grace - SHED_MARGIN_SECONDS), self.models.shed_at_the_deadline
+                )
             await self._grpc.stop(grace)
+            if deadline is not None:
+                deadline.cancel()
         await self.models.stop()
         await self.metrics_port.close()
 

@@ -233,6 +233,9 @@ class TeiServices:
         self.window = window if window is not None else stream_window(self.models)
         self.compute = compute_type()
         self.message_limit = message_limit(self.models.settings.payload_limit)
+        self.stopping = False
+        """Set when the server begins to stop: a call cancelled from then on was cut by the
+        shutdown, not left by its client."""
 
     def pick(self, route: Route, call: Call) -> Serving:
         serving = self.models.pick(route, call.model())
@@ -258,6 +261,8 @@ class TeiServices:
         except TeiError as e:
             await self.fail(call, e)
         except asyncio.CancelledError:
+            if self.stopping:
+                raise
             # The client cancelled the call or went away: counted and logged as HTTP counts
             # and logs a client that leaves.
             gone = ClientGoneError("call cancelled")
