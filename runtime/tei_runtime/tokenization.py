@@ -8,7 +8,7 @@ race when the server tokenizes on several threads.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias
 
@@ -80,7 +80,9 @@ def _require_batch(inputs: object) -> None:
     # A bare string is a Sequence[str] too; iterating it would embed each character.
     if isinstance(inputs, str | bytes):
         raise ValidationError("`inputs` must be a list of inputs, not a single string")
-    if not (hasattr(inputs, "__len__") and hasattr(inputs, "__getitem__")):
+    if isinstance(inputs, Mapping) or not (
+        hasattr(inputs, "__len__") and hasattr(inputs, "__getitem__")
+    ):
         raise ValidationError(
             f"`inputs` must be a list (or tuple) of inputs; got {type(inputs).__name__}"
         )

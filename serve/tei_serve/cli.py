@@ -313,7 +313,7 @@ def serve(served: Serving | Models) -> bool:
     models = Models.of(served)
     uv = GracefulServer(
         uvicorn_config(served), shed=models.shed_at_the_deadline,
-        grace=SHUTDOWN_GRACE_SECONDS,
+        margin=lambda: models.shed_margin(SHED_MARGIN_SECONDS), grace=SHUTDOWN_GRACE_SECONDS,
     )  # fmt: skip
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -330,9 +330,13 @@ class GracefulServer(uvicorn.Server):
     still running: their clients get a bare 500 and the log a traceback each. Just before
     that, `shed` refuses the work still queued, so those clients read TEI's 503 instead."""
 
-    def __init__(self, config: uvicorn.Config, *, shed: Callable[[], None], grace: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, *, shed: Callable[[], None], margin: Callable[[], float],
+        grace: float,
+    ) -> None:  # fmt: skip
         super().__init__(config)
         self._shed = shed
+        self._margin = margin
         self._grace = grace
         self._deadline_set = False
 
@@ -342,7 +346,7 @@ class GracefulServer(uvicorn.Server):
             self._deadline_set = True
             # A signal lands on the main thread, where the serving loop runs.
             loop = asyncio.get_event_loop()
-            delay = max(0.0, self._grace - SHED_MARGIN_SECONDS)
+            delay = max(0.0, self._grace - self._margin())
             loop.call_soon_threadsafe(loop.call_later, delay, self._shed)
 
 

@@ -154,6 +154,14 @@ class UnhealthyError(TeiError):
         super().__init__(message)
 
 
+class ShuttingDownError(UnhealthyError):
+    """Refused because the server is stopping (TEI's Unhealthy, 503): expected in every
+    shutdown, so logged at INFO, and the shutdown's one WARNING gives the count."""
+
+    def __init__(self, message: str = "server is shutting down") -> None:
+        super().__init__(message)
+
+
 class ModelChoiceError(ValidationError):
     """With several models: the request names none where several could answer, or names one
     that cannot answer its route (422)."""

@@ -115,6 +115,11 @@ class Models:
         """Refuse what every model still has queued; the count refused."""
         return sum(s.shed(message) for s in self.servings)
 
+    def shed_margin(self, margin: float) -> float:
+        """How long before the end of a shutdown's grace to refuse what is queued: `margin`,
+        plus the longest batch any model has run (the one running then must still finish)."""
+        return margin + max(s.worker.longest_batch_s for s in self.servings)
+
     def shed_at_the_deadline(self) -> None:
         """The shutdown's grace is nearly over (HTTP and gRPC alike): what is still queued is
         answered Unhealthy now, rather than cancelled with no answer when it ends."""

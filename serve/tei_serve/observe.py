@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from tei_serve.errors import ClientGoneError, ErrorType, TeiError
+from tei_serve.errors import ClientGoneError, ErrorType, ShuttingDownError, TeiError
 from tei_serve.metrics import Family, Method
 
 if TYPE_CHECKING:
@@ -37,7 +37,10 @@ def log_failure(
             log.info("%s model=%s: the client left before its answer (%s)", route,
                      err.model or "-", err.message)  # fmt: skip
         return
-    level = logging.ERROR if err.error_type in _SERVER_SIDE else logging.WARNING
+    if isinstance(err, ShuttingDownError):  # every shutdown's; its one WARNING has the count
+        level = logging.INFO
+    else:
+        level = logging.ERROR if err.error_type in _SERVER_SIDE else logging.WARNING
     if log.isEnabledFor(level):
         log.log(level, "%s model=%s failed: %s %s: %s", route, err.model or "-",
                 err.error_type.value, status, err.message, exc_info=cause)  # fmt: skip

@@ -21,7 +21,7 @@ from typing import cast
 from tei_runtime.backend import Backend, Output
 from tei_runtime.data import Encoding
 from tei_runtime.packing import run_packed
-from tei_serve.errors import BackendError, UnhealthyError
+from tei_serve.errors import BackendError, ShuttingDownError, UnhealthyError
 from tei_serve.metrics import Metrics
 from tei_serve.model import Array
 from tei_serve.token_queue import Batch, TokenBudgetQueue
@@ -73,6 +73,9 @@ class Worker:
         self._slot_free.set()
         self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.longest_batch_s = 0.0
+        """The longest forward so far: how long the batch running at a shutdown's deadline
+        may still take."""
 
     @property
     def healthy(self) -> bool:
@@ -97,7 +100,7 @@ class Worker:
 
     def submit(self, encoding: Encoding, output: Output) -> asyncio.Future[Result]:
         if self._closing:
-            raise UnhealthyError("server is shutting down")
+            raise ShuttingDownError()
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self.queue.push(
             Job(encoding, future), length=len(encoding), kind=output, is_dropped=future.done
@@ -107,7 +110,7 @@ class Worker:
         return future
 
     def shed(self, message: str) -> int:
-        """Refuse every entry still queued with UnhealthyError(message), and every new one:
+        """Refuse every entry still queued with ShuttingDownError(message), and every new one:
         the shutdown's grace is running out, and an answer now beats a cancelled request.
         The batch already running finishes. Returns how many entries were refused."""
         self._closing = True
@@ -116,7 +119,7 @@ class Worker:
         waiting = self.queue.drain() + (list(self._slot.entries) if self._slot else [])
         for entry in waiting:
             if not entry.payload.future.done():
-                entry.payload.future.set_exception(UnhealthyError(message))
+                entry.payload.future.set_exception(ShuttingDownError(message))
                 refused += 1
         self.metrics.queue_size.set(0)
         self._wake.set()
@@ -195,6 +198,7 @@ class Worker:
                 continue
             self.healthy = True
             inference = self.clock() - started
+            self.longest_batch_s = max(self.longest_batch_s, inference)
             for entry, value in zip(entries, values, strict=True):
                 future = entry.payload.future
                 if not future.done():

@@ -330,3 +330,13 @@ def test_a_write_that_fails_while_unpacking_is_not_blamed_on_the_bundle(
     assert "cannot write" in message and "the bundle was not at fault" in message, message
     assert "cannot read" not in message
     assert list(cache.iterdir()) == []
+
+
+def test_unpack_into_a_folder_that_cannot_be_written_is_one_error(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a folder under a file cannot be made, as on a read-only mount
+    with pytest.raises(BundleError, match=r"cannot unpack into .*the bundle was not at fault"):
+        bundle.unpack(tar, blocker / "out")

@@ -318,9 +318,16 @@ def unpack(bundle: str | Path, dest: str | Path) -> Path:
     source, target = Path(bundle), Path(dest)
     if target.exists():
         raise BundleError(f"{target}: already exists; unpack into a new folder")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned(target)
-    with staging_folder(target) as tmp:
+    with contextlib.ExitStack() as stack:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            remove_abandoned(target)
+            tmp = stack.enter_context(staging_folder(target))
+        except OSError as e:
+            raise BundleError(
+                f"{source}: cannot unpack into {target} ({e.strerror or e}); the bundle was "
+                f"not at fault: unpack into a folder this user can write"
+            ) from e
         _unpack_into(source, target, tmp)
     return target
 

@@ -462,7 +462,7 @@ def run(
             "threads": threads_per_actor,
         },
         batch_size=1,  # one shard per call: a crash loses at most one shard per actor
-        concurrency=actors,
+        compute=ray.data.ActorPoolStrategy(size=actors),  # `concurrency=` is deprecated
         num_cpus=threads_per_actor,
         batch_format="numpy",
     )

@@ -169,7 +169,8 @@ class GrpcServer:
             deadline = None
             if grace is not None:
                 deadline = asyncio.get_running_loop().call_later(
-                    max(0.0, grace - SHED_MARGIN_SECONDS), self.models.shed_at_the_deadline
+                    max(0.0, grace - self.models.shed_margin(SHED_MARGIN_SECONDS)),
+                    self.models.shed_at_the_deadline,
                 )
             await self._grpc.stop(grace)
             if deadline is not None:

@@ -156,6 +156,7 @@ def test_embed_empty_list_and_empty_inputs(embed_artifact: Built) -> None:
         (["a", []], {}, "token ids must not be empty"),
         ([b"bytes"], {}, "got bytes"),  # was read as token ids 98, 121, ...
         (None, {}, "got NoneType"),
+        ({"a": 1}, {}, "got dict"),
         ((t for t in ["a"]), {}, "got generator"),
         (["a"], {"dimensions": 4.0}, "`dimensions` must be an integer"),
         (["a"], {"dimensions": True}, "`dimensions` must be an integer"),  # was 1 column
