@@ -9,6 +9,7 @@ unmodified.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import subprocess
 import sys
@@ -69,6 +70,20 @@ class RunningGrpc:
         self.stopped = True
         self.channel.close()
         self.call(self.front.stop(grace=5))
+        self._end_loop()
+
+    def stopping(self, grace: float) -> concurrent.futures.Future[None]:
+        """Begin the server's graceful stop (a test watches the calls in flight meanwhile);
+        `stopped_by` then waits for it and ends the loop."""
+        return asyncio.run_coroutine_threadsafe(self.front.stop(grace=grace), self.loop)
+
+    def stopped_by(self, stopping: concurrent.futures.Future[None]) -> None:
+        stopping.result(timeout=30)
+        self.stopped = True
+        self.channel.close()
+        self._end_loop()
+
+    def _end_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
         self.loop.close()

@@ -116,27 +116,39 @@ def test_client_disconnect_drops_entries(serve: Callable[..., Running]) -> None:
     assert r.client.post("/embed", json={"inputs": "e"}).status_code == 200
 
 
+def _serve_fake(tokenizer_json: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """serve_fake.py (the real CLI serving path over the fake model) on a free port, once its
+    /health answers; ARGS as serve_fake.py takes them after the port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "serve_fake.py"), str(tokenizer_json),
+         str(port), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        _wait(up, timeout=30)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
+
+
 def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
     tokenizer_json: Path,
 ) -> None:
     """More queued work than the shutdown grace period (here 4 s) allows: what is still
     queued when it is nearly over is refused with TEI's 503 body, instead of uvicorn
     cancelling the requests at its end (a bare 500 and a traceback each)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "serve_fake.py"), str(tokenizer_json),
-         str(port), "1.0", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    proc, url = _serve_fake(tokenizer_json, "1.0", "4")
     try:
-        def up() -> bool:
-            try:
-                return httpx.get(f"{url}/health", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        _wait(up, timeout=30)
         answers: list[httpx.Response] = []
         lock = threading.Lock()
 
@@ -169,21 +181,8 @@ def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
 
 
 def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "serve_fake.py"), str(tokenizer_json),
-         str(port), "0.3"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc, url = _serve_fake(tokenizer_json, "0.3")
     try:
-        def up() -> bool:
-            try:
-                return httpx.get(f"{url}/health", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        _wait(up, timeout=30)
         results: list[int] = []
         lock = threading.Lock()
 

@@ -671,8 +671,6 @@ def test_spans_like_http_with_the_callers_trace(
 def test_graceful_stop_answers_the_calls_in_flight(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:
-    import asyncio
-
     pb, stubs = client
     r = grpc_serve(Task.EMBED)
     model = r.serving.model
@@ -680,23 +678,17 @@ def test_graceful_stop_answers_the_calls_in_flight(
     embed = stubs.EmbedStub(r.channel)
     in_flight = embed.Embed.future(pb.EmbedRequest(inputs="hello world"))
     _wait(model.running.is_set)
-    stopping = asyncio.run_coroutine_threadsafe(r.front.stop(grace=30), r.loop)
+    stopping = r.stopping(grace=30)
     _wait(lambda: r.front.health._gracefully_shutting_down)
     assert not stopping.done()  # stop waits for the call the model holds
     model.gate.set()
     assert len(in_flight.result(timeout=30).embeddings) == 16  # answered, not cancelled
-    stopping.result(timeout=30)
-    r.stopped = True
-    r.channel.close()
-    r.loop.call_soon_threadsafe(r.loop.stop)
-    r.thread.join(timeout=30)
+    r.stopped_by(stopping)
 
 
 def test_calls_queued_at_the_end_of_the_grace_period_are_unavailable_not_cancelled(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:
-    import asyncio
-
     pb, stubs = client
     r = grpc_serve(Task.EMBED, max_batch_requests=1)
     model = r.serving.model
@@ -707,7 +699,7 @@ def test_calls_queued_at_the_end_of_the_grace_period_are_unavailable_not_cancell
     queued = [embed.Embed.future(pb.EmbedRequest(inputs=f"later {i}")) for i in range(4)]
     _wait(lambda: len(r.serving.worker.queue) + len(r.serving.worker._slot or []) == 4)
     # grace 3.5 s: what is queued is refused 0.5 s in (SHED_MARGIN_SECONDS before the end)
-    stopping = asyncio.run_coroutine_threadsafe(r.front.stop(grace=3.5), r.loop)
+    stopping = r.stopping(grace=3.5)
     for call in queued:
         with pytest.raises(grpc.RpcError) as refused:
             call.result(timeout=30)
@@ -716,11 +708,7 @@ def test_calls_queued_at_the_end_of_the_grace_period_are_unavailable_not_cancell
         assert err.details() == "server is shutting down: its grace period is over"
     model.gate.set()
     assert len(running.result(timeout=30).embeddings) == 16  # the running batch finished
-    stopping.result(timeout=30)
-    r.stopped = True
-    r.channel.close()
-    r.loop.call_soon_threadsafe(r.loop.stop)
-    r.thread.join(timeout=30)
+    r.stopped_by(stopping)
 
 
 def test_a_cancelled_call_counts_once_as_client_gone(
