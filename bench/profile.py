@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from bench.attention import positive_int
 from bench.models import MODEL_KEYS, MODELS
 from bench.procs import loadavg, machine
 from bench.texts import make_pools
@@ -248,19 +249,13 @@ def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int
     return "\n".join(out)
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     p.add_argument("--models", default="minilm", help=f"comma list of {', '.join(MODEL_KEYS)}")
     p.add_argument("--lengths", default="", help="comma list (default: the model's own)")
     p.add_argument("--dtypes", default="float32,int8")
-    p.add_argument("--batch", type=_positive, default=32)
-    p.add_argument("--repeats", type=_positive, default=5)
+    p.add_argument("--batch", type=positive_int, default=32)
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--max-batch-tokens", type=int, default=None,
                    help="profile fewer texts where a batch would pass this many padded tokens "
                    "(the big shapes: a 32 x 512 batch of the 0.6B model is minutes)")  # fmt: skip
