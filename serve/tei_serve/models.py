@@ -111,10 +111,6 @@ class Models:
         for s in self.servings:
             s.start()
 
-    def shed(self, message: str) -> int:
-        """Refuse what every model still has queued; the count refused."""
-        return sum(s.shed(message) for s in self.servings)
-
     def shed_margin(self, margin: float) -> float:
         """How long before the end of a shutdown's grace to refuse what is queued: `margin`,
         plus the longest batch any model has run (the one running then must still finish)."""
@@ -123,7 +119,8 @@ class Models:
     def shed_at_the_deadline(self) -> None:
         """The shutdown's grace is nearly over (HTTP and gRPC alike): what is still queued is
         answered Unhealthy now, rather than cancelled with no answer when it ends."""
-        refused = self.shed("server is shutting down: its grace period is over")
+        message = "server is shutting down: its grace period is over"
+        refused = sum(s.worker.shed(message) for s in self.servings)
         if refused:
             log.warning("shutdown grace period over: %d queued inputs refused with 503", refused)
 

@@ -427,10 +427,6 @@ class Serving:
         """Start the batching tasks; call from inside the running event loop."""
         self.worker.start()
 
-    def shed(self, message: str) -> int:
-        """Refuse what is still queued (Worker.shed); the count refused."""
-        return self.worker.shed(message)
-
     async def stop(self) -> None:
         """Answer every queued entry, then stop the tasks (and, when this model owns them,
         the tokenizer pool and the spans)."""
