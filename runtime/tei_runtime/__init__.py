@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 # onnxruntime >= 1.29 runs a telemetry uploader on Linux too (DNS lookups of Microsoft's
-# collector, an offline event cache under ~/.cache/Microsoft) unless this is set before it is
+# collector, an event cache and device id under $XDG_CACHE_HOME or ~/.cache) unless set before it is
 # first imported: air-gapped sites must see no network call. ORT_DISABLE_TELEMETRY=0 opts in.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 

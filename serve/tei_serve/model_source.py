@@ -69,11 +69,13 @@ HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
 def hub_cache(explicit: str | None) -> Path:
     if explicit:
         return Path(explicit)
+    # huggingface_hub's own order, so a cache its CLI filled is the one searched here.
     if env := os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(env)
-    home = os.environ.get("HF_HOME")
-    base = Path(home) if home else Path.home() / ".cache" / "huggingface"
-    return base / "hub"
+        return Path(env).expanduser()
+    if home := os.environ.get("HF_HOME"):
+        return Path(home).expanduser() / "hub"
+    caches = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(caches).expanduser() / "huggingface" / "hub"
 
 
 def default_model_dir() -> Path:
@@ -130,8 +132,10 @@ def resolve(
     if not model_id:
         source = default_model_dir()
         reported = DEFAULT_MODEL_ID
-    elif model_id == DEFAULT_MODEL_ID and revision is None and (
-        (bundled := bundled_default_dir()) is not None
+    elif (
+        model_id == DEFAULT_MODEL_ID
+        and revision is None
+        and ((bundled := bundled_default_dir()) is not None)
     ):
         # Named as TEI users name it (and beside other models, where it must be named): the
         # installed copy, the same checkpoint, with no hub call, so it works offline too.

@@ -7,8 +7,9 @@ any DNS lookup or connect that is not to loopback. The namespace proves no call 
 the audit log being empty proves none was even tried from Python. Where no namespace can be
 made the hook alone is the guard. A hub id under the same guard is the control: its attempts
 are recorded. onnxruntime's native telemetry uploader (its DNS lookups happen in C++, out of
-the hook's sight) writes its offline event cache under $HOME/.cache/Microsoft as it starts:
-each server gets a HOME of its own, which must stay empty of it.
+the hook's sight) writes its offline event cache under $XDG_CACHE_HOME/Microsoft (else
+$HOME/.cache/Microsoft) as it starts: each server gets a HOME and an XDG_CACHE_HOME of its own,
+which must stay empty of it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class Offline:
         self.home = tmp_path / "home"
         self.home.mkdir()
         self.env["HOME"] = str(self.home)
+        # onnxruntime's telemetry cache follows XDG_CACHE_HOME where the caller's shell sets it
+        # (CI runners do): pinned here so the check below looks where it would be written.
+        self.env["XDG_CACHE_HOME"] = str(self.home / ".cache")
         self.env.pop("ORT_DISABLE_TELEMETRY", None)  # what a user's shell has: nothing
         self.env["TEI_NET_AUDIT"] = str(self.audit)
         self.env["PYTHONPATH"] = os.pathsep.join(

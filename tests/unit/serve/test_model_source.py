@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +263,33 @@ def test_hub_cache_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     assert model_source.hub_cache(None) == tmp_path
     assert model_source.hub_cache("/data") == Path("/data")
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({"XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/xdg/huggingface/hub"),
+     ({"XDG_CACHE_HOME": "{tmp}/xdg", "HF_HOME": "{tmp}/hf"}, "{tmp}/hf/hub"),
+     ({"HF_HOME": "{tmp}/hf", "HUGGINGFACE_HUB_CACHE": "{tmp}/old"}, "{tmp}/old"),
+     ({"HUGGINGFACE_HUB_CACHE": "{tmp}/old", "HF_HUB_CACHE": "{tmp}/new"}, "{tmp}/new"),
+     ({}, "{home}/.cache/huggingface/hub")],
+)  # fmt: skip
+def test_hub_cache_follows_huggingface_hub(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], expected: str
+) -> None:
+    """The same folder huggingface_hub computes from the same variables (XDG_CACHE_HOME too),
+    so a cache filled by its CLI on an air-gapped site is the one searched."""
+    for key in ("XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(tmp=tmp_path))
+    code = "from huggingface_hub import constants as c; print(c.HF_HUB_CACHE)"
+    theirs = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    ours = model_source.hub_cache(None)
+    assert ours == Path(expected.format(tmp=tmp_path, home=tmp_path / "home"))
+    assert ours == Path(theirs)
 
 
 def test_length_rule() -> None:
