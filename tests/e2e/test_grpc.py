@@ -613,6 +613,10 @@ def test_cancelled_stream_leaves_nothing_queued(
     _wait(lambda: len(worker.queue) == 0)
     assert sum(model.batches) <= held  # at most the batch already at the gate ran
     assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
+    # the stream counts once as a client that left, not once per message it had in flight
+    url = f"http://127.0.0.1:{r.metrics_port}/metrics"
+    _wait(lambda: 'te_request_failure{err="client_gone"} 1' in httpx.get(url, timeout=10).text)
+    assert 'te_request_failure{err="client_gone"} 1\n' in httpx.get(url, timeout=10).text
 
 
 # -- metrics, spans, the Prometheus port ----------------------------------------------------------

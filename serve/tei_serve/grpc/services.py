@@ -261,15 +261,18 @@ class TeiServices:
         except TeiError as e:
             await self.fail(call, e)
         except asyncio.CancelledError:
-            if self.stopping:
-                raise
-            # The client cancelled the call or went away: counted and logged as HTTP counts
-            # and logs a client that leaves.
-            gone = ClientGoneError("call cancelled")
-            gone.model = call.picked
-            observe.log_failure(call.route, gone, "CANCELLED")
-            self.models.families.failure("client_gone", model=gone.model)
+            self.left(call)
             raise
+
+    def left(self, call: Call) -> None:
+        """A call cancelled by its client (or whose client went away), counted once and logged
+        as HTTP counts and logs a client that leaves; not so when the shutdown cut it."""
+        if self.stopping:
+            return
+        gone = ClientGoneError("call cancelled")
+        gone.model = call.picked
+        observe.log_failure(call.route, gone, "CANCELLED")
+        self.models.families.failure("client_gone", model=gone.model)
 
     def observed(
         self, call: Call, serving: Serving, work: Awaitable[observe.R], *, handler: str,
@@ -291,6 +294,9 @@ class TeiServices:
                 yield response
         except TeiError as e:
             await self.fail(call, e)
+        except asyncio.CancelledError:
+            self.left(call)  # once for the stream, however many of its messages were in flight
+            raise
 
     def known_model(self, call: Call) -> None:
         """A stream naming a model that is not served ends NOT_FOUND even with no message
