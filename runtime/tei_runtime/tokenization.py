@@ -7,6 +7,7 @@ race when the server tokenizes on several threads.
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,8 @@ import tokenizers  # type: ignore[import-untyped,unused-ignore]  # py.typed only
 
 from tei_runtime.data import Encoding, Token
 from tei_runtime.errors import InputTooLongError, TokenizerError, ValidationError
+
+_log = logging.getLogger(__name__)
 
 Direction: TypeAlias = Literal["left", "right"]
 TextInput: TypeAlias = str | tuple[str, str]
@@ -122,6 +125,7 @@ class Tokenizer:
         self._left.enable_truncation(max_input_length, direction="left")
         self.pad_id = self._find_pad_id()
         self.vocab_size = self._plain.get_vocab_size(with_added_tokens=True)
+        self._warned_unknown_ids = False
 
     def _find_pad_id(self) -> int:
         padding = self._plain.padding
@@ -136,21 +140,29 @@ class Tokenizer:
 
     def cut_long(self, text: str, direction: Direction, tokens: int | None = None) -> str:
         """`text` cut at whitespace to about `tokens` (default: max_input_length) tokens'
-        worth of characters, kept at the end truncation keeps, before it is tokenized; only
-        where the cut alone still fills those tokens, so truncation keeps the same ones."""
+        worth of characters, kept at the end truncation keeps, before it is tokenized.
+
+        The cut is exact where it alone still fills those tokens: truncation keeps at most
+        that many tokens of one sequence, and cutting at whitespace leaves the pre-tokens
+        (hence tokens) before the cut unchanged. A tight cut (CHARS_PER_TOKEN) is tried
+        first, then TEI's own (MAX_CHARS_PER_TOKEN); a text sparser than that in tokens
+        (whitespace runs, one endless word) keeps TEI's cut, so no text costs more than
+        that many characters of tokenizing."""
         window = self.max_input_length if tokens is None else tokens
-        budget = window * CHARS_PER_TOKEN
-        if len(text) <= budget:
-            return text
-        cut = cut_point(text, budget, direction)
-        # The cut is exact when it alone still fills the window: truncation keeps at most
-        # that many tokens of one sequence, and cutting at whitespace leaves the pre-tokens
-        # (hence tokens) before the cut unchanged.
+        for per_token in (CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN):
+            budget = window * per_token
+            if len(text) <= budget:
+                return text
+            cut = cut_point(text, budget, direction)
+            if self._count(cut) >= window:
+                return cut
+        return cut
+
+    def _count(self, text: str) -> int:
         try:
-            count = len(self._plain.encode(cut, add_special_tokens=False).ids)
+            return len(self._plain.encode(text, add_special_tokens=False).ids)
         except Exception as e:
             raise TokenizerError(str(e)) from e
-        return cut if count >= window else text
 
     def encode(
         self,
@@ -238,9 +250,17 @@ class Tokenizer:
         ids); ids that are not u32 are refused, as TEI's body parser refuses them."""
         if any(i > _U32_MAX for i in ids):
             raise ValidationError("token ids must fit in 32 bits (at most 4294967295)")
-        if ids and all(i >= self.vocab_size for i in ids):
+        unknown = sum(i >= self.vocab_size for i in ids)
+        if ids and unknown == len(ids):
             raise ValidationError(
                 f"no token id is in the vocabulary (size {self.vocab_size}): nothing to embed"
+            )
+        if unknown and not self._warned_unknown_ids:
+            self._warned_unknown_ids = True  # once: a client sending them sends them always
+            _log.warning(
+                "token ids outside the vocabulary (size %d) were dropped from an input: ids "
+                "from another tokenizer (an OpenAI client's tiktoken ids) embed as noise; send "
+                "text instead (LangChain: check_embedding_ctx_length=False)", self.vocab_size,
             )
         tok = self._plain
         if truncate:

@@ -410,10 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sysctl)", settings.port,
         )
     raise_open_file_limit()
-    for flag in settings.compatibility_only():
-        log.warning("%s is accepted for compatibility with TEI and has no effect", flag)
-    if settings.disable_spans and settings.otlp_endpoint:
-        log.warning("--disable-spans is set: no request spans go to %s", settings.otlp_endpoint)
+    for warning in settings.start_warnings():
+        log.warning("%s", warning)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):  # serve() and serve_grpc() set their own
             signal.signal(sig, _stop_while_starting)

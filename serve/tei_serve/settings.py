@@ -149,6 +149,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             if getattr(self, name) != getattr(defaults, name)
         ]
 
+    def start_warnings(self) -> list[str]:
+        """What is logged once at start about settings that do less than they seem to."""
+        out = [f"{flag} is accepted for compatibility with TEI and has no effect"
+               for flag in self.compatibility_only()]  # fmt: skip
+        if self.disable_spans and self.otlp_endpoint:
+            out.append(f"--disable-spans is set: no request spans go to {self.otlp_endpoint}")
+        if self.max_client_batch_size > self.max_concurrent_requests:
+            # One permit per input, as in TEI: such a request can never be admitted.
+            out.append(
+                f"--max-client-batch-size {self.max_client_batch_size} is above "
+                f"--max-concurrent-requests {self.max_concurrent_requests}: a request with more "
+                f"inputs than {self.max_concurrent_requests} is always answered 429 (as in "
+                "TEI); raise --max-concurrent-requests too"
+            )
+        return out
+
     def effective_tokenization_workers(self) -> int:
         if self.tokenization_workers is not None:
             return self.tokenization_workers

@@ -77,6 +77,10 @@ def test_openai_error_shape(embed_server: Running) -> None:
     assert r.status_code == 422
     assert r.json() == {"message": "batch size 40 > maximum allowed batch size 32",
                         "code": 422, "type": "Validation"}
+    # a body error names OpenAI's field, `input`, not TEI's `inputs`
+    for bad in ([["a"]], [1.5], [True, False], 5):
+        r = embed_server.client.post("/v1/embeddings", json={"input": bad})
+        assert r.status_code == 422 and "`input` must be a string" in r.json()["message"], bad
 
 
 def test_model_type_424(serve: Callable[..., Running]) -> None:
@@ -196,18 +200,27 @@ def test_cors(serve: Callable[..., Running], origins: tuple[str, ...] | None) ->
     allowed (any origin: `*` on every answer)."""
     c = serve(Task.EMBED, cors_allow_origin=origins, api_key="k").client
     ask = {"access-control-request-method": "POST"}
-    for path, headers in (("/embed", {"access-control-request-headers": "content-type"}),
-                          ("/embed", {"access-control-request-headers": "x-other"}),
-                          ("/nowhere", {})):  # fmt: skip
+    stainless = "Authorization, Content-Type, X-Stainless-Lang, x-stainless-retry-count"
+    default = {"content-type", "authorization", "x-model"}
+    for path, headers, allowed in (
+        ("/embed", {"access-control-request-headers": "content-type"}, {"content-type"}),
+        ("/embed", {"access-control-request-headers": "x-other"}, {"x-other"}),
+        # openai's JavaScript SDK: its own headers beside the key, all allowed
+        ("/v1/embeddings", {"access-control-request-headers": stainless},
+         {"authorization", "content-type", "x-stainless-lang", "x-stainless-retry-count"}),
+        # a header list that is not one is not echoed back: the default list
+        ("/embed", {"access-control-request-headers": "x-a, b@c: d"}, default),
+        # a browser app sends its API key and picks a model by header
+        ("/nowhere", {}, default),
+    ):  # fmt: skip
         pre = c.options(path, headers={"origin": "http://allowed.example", **ask, **headers})
         assert (pre.status_code, pre.content) == (200, b""), path
         assert pre.headers["access-control-allow-methods"] == "GET,POST"
         assert pre.headers["access-control-allow-origin"] == ("*" if origins is None
                                                               else "http://allowed.example")
         assert "origin" in pre.headers["vary"]
-        # a browser app sends its API key and picks a model by header
         named = {h.strip() for h in pre.headers["access-control-allow-headers"].split(",")}
-        assert named == {"content-type", "authorization", "x-model"}
+        assert named == allowed, headers
     key = {"authorization": "Bearer k"}
     r = c.post("/embed", json={"inputs": "a"}, headers={"origin": "http://allowed.example", **key})
     assert r.status_code == 200
@@ -262,7 +275,7 @@ def test_paths_match_exactly_as_axums_router(embed_server: Running) -> None:
     host = urlsplit(embed_server.url)
     # http.client sends the path as written (httpx reads `//embed` as a host).
     for path in ("/embed/", "//embed", "/v1//embeddings", "/v1/embeddings/", "/health/",
-                 "/%65mbed", "/v1/%65mbeddings", "/v1/models/"):  # fmt: skip
+                 "/%65mbed", "/v1/%65mbeddings", "/v1/models/", "/models/"):  # fmt: skip
         conn = http.client.HTTPConnection(host.hostname or "", host.port)
         try:
             method = "POST" if "embed" in path else "GET"
@@ -277,6 +290,9 @@ def test_paths_match_exactly_as_axums_router(embed_server: Running) -> None:
     assert c.get("/docs").status_code == 200
     served = c.get("/v1/models").json()["data"][0]["id"]
     assert c.get("/v1/models/" + quote(served, safe="")).json()["id"] == served
+    # the same without /v1, as /embeddings beside /v1/embeddings
+    assert c.get("/models").json() == c.get("/v1/models").json()
+    assert c.get("/models/" + quote(served, safe="")).json()["id"] == served
     assert c.options("/embed/").status_code == 200  # a preflight, answered before routing
     assert "te_request_failure{" not in c.get("/metrics").text
 

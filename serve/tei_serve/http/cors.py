@@ -2,7 +2,9 @@
 
 Every OPTIONS request is a preflight, answered here with 200 and no body: the allowed methods
 and headers, and the origin where it is allowed (tower-http checks neither the method nor the
-headers asked for; the browser does). Every other answer gets the origin header where the
+headers asked for; the browser does). The headers allowed are the ones the preflight asks for
+(openai's JavaScript SDK sends its own `x-stainless-*` headers beside the API key), else the
+configured list. Every other answer gets the origin header where the
 origin is allowed and `vary` on the three request headers CORS reads. Any origin allowed means
 `access-control-allow-origin: *` on every answer, as TEI's default; a list means the request's
 own origin where it is in the list, and nothing otherwise.
@@ -10,6 +12,7 @@ own origin where it is in the list, and nothing otherwise.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -22,6 +25,19 @@ if TYPE_CHECKING:
 
 METHODS = b"GET,POST"
 VARY = b"origin, access-control-request-method, access-control-request-headers"
+
+
+# What a header-name list may hold (RFC 9110 tokens, commas, spaces): anything else asked for
+# is not echoed back, so no byte a client sends can split or forge a response header.
+_TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_HEADER_LIST = re.compile(_TOKEN + rb"(?:[ \t]*,[ \t]*" + _TOKEN + rb")*")
+
+
+def _mirrored(asked: bytes | None) -> bytes | None:
+    if asked is None:
+        return None
+    asked = asked.strip()
+    return asked.lower() if _HEADER_LIST.fullmatch(asked) else None
 
 
 class Cors:
@@ -51,10 +67,14 @@ class Cors:
         if allowed is not None:
             labels.append((b"access-control-allow-origin", allowed))
         if scope["method"] == "OPTIONS":
+            asked = next(
+                (v for k, v in scope["headers"] if k.lower() == b"access-control-request-headers"),
+                None,
+            )
             await send_empty(send, 200, [
                 *labels,
                 (b"access-control-allow-methods", METHODS),
-                (b"access-control-allow-headers", self.allow_headers),
+                (b"access-control-allow-headers", _mirrored(asked) or self.allow_headers),
             ])  # fmt: skip
             return
 

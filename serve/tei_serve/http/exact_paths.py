@@ -3,9 +3,9 @@
 Litestar finds `/embed` for `/embed/` and `//embed` too (it drops a trailing slash and empty
 segments before routing); axum has no such rewrite, so TEI answers those 404. A client written
 against us would otherwise work here and break on TEI. The one exception is `/docs/`, where
-TEI's Swagger UI page lives (its `/docs` redirects there); and `/v1/models/<id>` (ours, not
-TEI's) takes any id, an absolute path's leading slash included (`/v1/models//data/model`),
-percent-escaped or not.
+TEI's Swagger UI page lives (its `/docs` redirects there); and `/v1/models/<id>` and
+`/models/<id>` (ours, not TEI's) take any id, an absolute path's leading slash included
+(`/v1/models//data/model`), percent-escaped or not.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ if TYPE_CHECKING:
     from litestar.types import ASGIApp, Receive, Scope, Send
 
 SLASHED_PAGES = frozenset({"/docs/"})
-MODEL_BY_ID = "/v1/models/"
+MODEL_BY_ID = ("/v1/models/", "/models/")
 
 
 def routable(path: str, raw: str | None = None) -> bool:
     """Whether axum could route `path`: no empty segment, no trailing slash (but `/`), and
     no percent-escape in the `raw` path as sent (axum matches the undecoded path, so
     `/%65mbed` is not `/embed` there)."""
-    if path.startswith(MODEL_BY_ID) and len(path) > len(MODEL_BY_ID):
+    if any(path.startswith(p) and len(path) > len(p) for p in MODEL_BY_ID):
         return True
     if raw is not None and raw != path:
         return False

@@ -288,15 +288,15 @@ def _check_u32(ids: list[int]) -> None:
         raise BodyError(f"{_SHAPE}: token ids must be in [0, 2^32)")
 
 
-def _one(value: Any) -> RawInput:
+def _one(value: Any, field: str) -> RawInput:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and _is_ids(value):
         _check_u32(value)
         return value
     raise BodyError(
-        "Failed to deserialize the JSON body into the target type: `inputs` must be a string, "
-        "a list of token ids or a list of them"
+        f"Failed to deserialize the JSON body into the target type: `{field}` must be a "
+        "string, a list of token ids or a list of them"
     )
 
 
@@ -308,8 +308,8 @@ def parse_inputs(value: Any, *, field: str = "inputs") -> tuple[list[RawInput], 
         if _is_ids(value):
             # `[]` too: TEI reads it as one input of no token ids, refused as empty only after
             # the route's model checks, like any empty input.
-            return [_one(value)], False
-        return [_one(v) for v in value], True
+            return [_one(value, field)], False
+        return [_one(v, field) for v in value], True
     raise BodyError(
         f"Failed to deserialize the JSON body into the target type: `{field}` must be a "
         "string or a list"

@@ -426,11 +426,14 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     async def info() -> Response[bytes]:
         return respond(info_json)
 
-    @route("/v1/models", http_method=GET_HEAD, guards=guards)
+    # `/models` beside `/v1/models`, as `/embeddings` beside `/v1/embeddings`: a client given
+    # the server's root as its base URL finds both.
+    @route(["/v1/models", "/models"], http_method=GET_HEAD, guards=guards)
     async def list_models() -> Response[bytes]:
         return respond(model_list)
 
-    @route("/v1/models/{model_id:path}", http_method=GET_HEAD, guards=guards)
+    @route(["/v1/models/{model_id:path}", "/models/{model_id:path}"], http_method=GET_HEAD,
+           guards=guards)  # fmt: skip
     async def retrieve_model(model_id: FromPath[str]) -> Response[bytes]:
         # Litestar keeps the separator in a path parameter, and folds the `//` of an id that
         # is an absolute path (`--model-id /data/model`): the id is either.

@@ -8,7 +8,7 @@ from rt_artifacts import VOCAB, ArtifactFactory, Built
 
 from tei_runtime import load
 from tei_runtime.errors import InputTooLongError, ValidationError
-from tei_runtime.tokenization import CHARS_PER_TOKEN, cut_point
+from tei_runtime.tokenization import CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN, cut_point
 
 CLS, SEP = VOCAB["[CLS]"], VOCAB["[SEP]"]
 
@@ -78,7 +78,9 @@ def test_pairs_get_type_ids_and_longest_first_truncation(embed_artifact: Built) 
     assert long.ids[:4] == (CLS, VOCAB["cat"], VOCAB["dog"], SEP)
 
 
-def test_id_inputs_are_decoded_tokenized_again_and_truncated(embed_artifact: Built) -> None:
+def test_id_inputs_are_decoded_tokenized_again_and_truncated(
+    embed_artifact: Built, caplog: pytest.LogCaptureFixture
+) -> None:
     m = load(embed_artifact.root)
     (enc,) = m.encode([[5, 6, 7]])
     assert enc.ids == (5, 6, 7) and enc.type_ids == (0, 0, 0)
@@ -91,7 +93,12 @@ def test_id_inputs_are_decoded_tokenized_again_and_truncated(embed_artifact: Bui
     with pytest.raises(InputTooLongError):
         m.encode([list(range(4, 34))], truncate=False)
     # Ids the vocabulary lacks drop out in the decoding, as TEI's tokenizer decode drops them.
+    assert not [r for r in caplog.records if "outside the vocabulary" in r.message]
     assert m.encode([[5, 10_000, 6]])[0].ids == m.encode([[5, 6]])[0].ids
+    m.encode([[5, 10_001]])
+    # one warning, the first time: tiktoken ids from an OpenAI client embed as noise
+    [warned] = [r for r in caplog.records if "outside the vocabulary" in r.message]
+    assert warned.levelname == "WARNING" and "check_embedding_ctx_length" in warned.message
     with pytest.raises(ValidationError, match="no token id is in the vocabulary"):
         m.encode([[10_000, 20_000]])
     with pytest.raises(ValidationError, match="32 bits"):
@@ -158,12 +165,29 @@ def test_a_10mb_string_costs_no_more_than_a_long_one(embed_artifact: Built) -> N
     assert len(pair) == 16
 
 
-def test_cut_is_undone_when_it_would_change_the_result(embed_artifact: Built) -> None:
+def test_cut_is_widened_when_it_would_change_the_result(embed_artifact: Built) -> None:
     m = load(embed_artifact.root)
-    # Long whitespace runs: the char budget holds fewer than 16 tokens.
-    spaced = (" " * 400).join(["cat"] * 50)
+    # Long whitespace runs: the tight char budget holds fewer than 16 tokens, TEI's does.
+    spaced = (" " * 200).join(["cat"] * 50)
+    assert len(spaced) > 16 * MAX_CHARS_PER_TOKEN
     (enc,) = m.encode([spaced])
     assert enc.ids == (CLS, *[VOCAB["cat"]] * 14, SEP)
+    (left,) = m.encode([spaced], truncation_direction="left")
+    assert left.ids == enc.ids
+
+
+def test_a_text_sparser_than_teis_cut_is_cut_as_tei_cuts_it(embed_artifact: Built) -> None:
+    """More than 250 chars a token (TEI's cut): what TEI's cut leaves is embedded, and no
+    more than that is tokenized, however long the text."""
+    m = load(embed_artifact.root)
+    limit = 16 * MAX_CHARS_PER_TOKEN
+    sparse = (" " * 600).join(["cat"] * 5000)  # 3 MB, 5,000 tokens
+    kept = m.tokenizer.cut_long(sparse, "right")
+    assert len(kept) <= limit
+    assert kept.split() == ["cat"] * len(kept.split()) and 5 <= len(kept.split()) <= 7
+    (enc,) = m.encode([sparse])
+    assert enc.ids == (CLS, *[VOCAB["cat"]] * len(kept.split()), SEP)
+    assert len(m.tokenizer.cut_long("x" * 3_000_000, "left")) == limit  # one endless word
 
 
 def test_cut_point_prefers_whitespace() -> None:
