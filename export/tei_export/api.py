@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import secrets
 import shutil
 import sys
@@ -95,13 +97,18 @@ def _prepare_output(output_dir: Path, overwrite: bool) -> Path | None:
             raise ExportError(f"{output_dir} is a file; the output is an artifact folder")
         if not overwrite:
             raise ExportError(f"{output_dir} already exists (pass --overwrite to replace it)")
-        # --overwrite replaces an earlier artifact, never a folder of other things.
-        if any(output_dir.iterdir()) and not (output_dir / MANIFEST_NAME).is_file():
+        _check_replaceable(output_dir)
+        if os.path.ismount(output_dir):
+            # The artifact is built beside it and renamed into place: a mount point (a
+            # container's `-v ...:/out`) cannot be renamed, found here rather than after hours.
             raise ExportError(
-                f"{output_dir} is not an artifact folder (no {MANIFEST_NAME}); --overwrite "
-                f"replaces only an earlier artifact or an empty folder"
+                f"{output_dir} is a mount point, which the finished artifact cannot replace: "
+                f"export into a folder inside it (e.g. {output_dir / 'model'})"
             )
     parent = output_dir.parent
+    if not_a_folder := next((p for p in (*reversed(parent.parents), parent)
+                             if p.exists() and not p.is_dir()), None):  # fmt: skip
+        raise ExportError(f"{not_a_folder} is a file, not a folder: {output_dir} cannot be made")
     created = next((p for p in (*reversed(parent.parents), parent) if not p.exists()), None)
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +117,15 @@ def _prepare_output(output_dir: Path, overwrite: bool) -> Path | None:
     except OSError as e:
         raise ExportError(f"cannot write to {parent}: {e.strerror or e}") from e
     return created
+
+
+def _check_replaceable(output_dir: Path) -> None:
+    """--overwrite replaces an earlier artifact, never a folder of other things."""
+    if any(output_dir.iterdir()) and not (output_dir / MANIFEST_NAME).is_file():
+        raise ExportError(
+            f"{output_dir} is not an artifact folder (no {MANIFEST_NAME}); --overwrite "
+            f"replaces only an earlier artifact or an empty folder"
+        )
 
 
 def _remove_created(created: Path | None) -> None:
@@ -201,7 +217,7 @@ def export_model(
                 return _export(
                     source, output_dir, progress, task=task, pooling=pooling,
                     precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
-                    external_data=external_data, dense_path=dense_path,
+                    external_data=external_data, dense_path=dense_path, overwrite=overwrite,
                 )  # fmt: skip
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -256,6 +272,7 @@ def _export(
     opset: int,
     external_data: bool,
     dense_path: str | None,
+    overwrite: bool,
 ) -> Path:
     with progress.stage("plan"):
         checkpoint = read_checkpoint(source.path)
@@ -268,6 +285,9 @@ def _export(
             opset=opset,
             dense_path=dense_path,
         )
+        tokenizer_json.check_fits_vocabulary(source.path, checkpoint.config.get("vocab_size"))
+    for note in plan.notes:
+        progress.note(note)
     if checkpoint.own_code_skipped and not trust_remote_code:
         progress.note(
             f"config.json's auto_map (the model's own code) is not run: {checkpoint.architecture} "
@@ -306,7 +326,7 @@ def _export(
                 plan, source, checkpoint, work, progress, trust_remote_code, external_data
             )
             publish_tree(work)  # mkdtemp made it 0700: readable by the serving user too
-            _move_into_place(work, output_dir)
+            _move_into_place(work, output_dir, overwrite)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
@@ -314,19 +334,34 @@ def _export(
     return output_dir
 
 
-def _move_into_place(work: Path, output_dir: Path) -> None:
+def _move_into_place(work: Path, output_dir: Path, overwrite: bool) -> None:
     """Rename WORK to OUTPUT_DIR; an artifact already there (--overwrite) is set aside first
-    and put back if the rename fails, so an interrupted export leaves the old one whole."""
-    if not output_dir.exists():
-        work.rename(output_dir)
-        return
-    aside = output_dir.with_name(f".{output_dir.name}.{REPLACED_TAG}{secrets.token_hex(6)}")
-    output_dir.rename(aside)
+    and put back if the rename fails, so an interrupted export leaves the old one whole.
+    What appeared at OUTPUT_DIR while the export ran is checked again as at the start: without
+    --overwrite nothing there is replaced, with it only an artifact or an empty folder."""
     try:
-        work.rename(output_dir)
-    except BaseException:
-        aside.rename(output_dir)
-        raise
+        if not output_dir.exists():
+            try:
+                work.rename(output_dir)  # an empty folder made meanwhile is replaced; no other
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        if not overwrite:
+            raise ExportError(
+                f"{output_dir} appeared while the export ran and is left as it is (pass "
+                f"--overwrite to replace it)"
+            )
+        _check_replaceable(output_dir)
+        aside = output_dir.with_name(f".{output_dir.name}.{REPLACED_TAG}{secrets.token_hex(6)}")
+        output_dir.rename(aside)
+        try:
+            work.rename(output_dir)
+        except BaseException:
+            aside.rename(output_dir)
+            raise
+    except OSError as e:
+        raise ExportError(f"cannot move the artifact into {output_dir}: {e.strerror or e}") from e
     shutil.rmtree(aside, ignore_errors=True)
 
 
@@ -356,7 +391,12 @@ def _build(
     if external_data:
         progress.note("weights go to one external <graph>.data file per variant")
     fp32 = work / "model.fp32.onnx"
-    plain_cpus = plan.card.fusion.plain_graph_cpus  # a plain graph is built when fp32 names a class
+    plain_cpus = plan.card.fusion.plain_graph_cpus
+    # A plain graph is built when fp32 names a class, and only where a wanted variant runs on
+    # it (fp16 alone, for GPUs, never does).
+    plain_wanted = bool(plain_cpus.fp32) and any(
+        plain_cpus.for_precision(p) for p in plan.precisions
+    )
     with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
         fused_counts = fuse.fuse(plan, raw, fp32, external_data=external_data)
         built = [
@@ -364,7 +404,7 @@ def _build(
                 precision=Precision.FP32, graph=GraphForm.FUSED, path=fp32, fused_ops=fused_counts
             )
         ]
-        if plain_cpus.fp32:
+        if plain_wanted:
             plain = work / "model.fp32.plain.onnx"
             external.save(onnx.load(str(raw)), plain, external=external_data)
             built.append(
@@ -386,7 +426,7 @@ def _build(
                 source_graph.path.name.replace("fp32", wanted.value)
             )
             label = f"{wanted.value} variant" + (
-                f" ({source_graph.graph.value} graph)" if plain_cpus.fp32 else ""
+                f" ({source_graph.graph.value} graph)" if plain_wanted else ""
             )
             with progress.stage(label):
                 if wanted is Precision.FP16:

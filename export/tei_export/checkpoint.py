@@ -196,6 +196,15 @@ def read_checkpoint(path: Path) -> Checkpoint:
     st_path = path / "config_sentence_transformers.json"
     st_config = _optional_object(st_path)
     prompts = _string_map(st_config.get("prompts") or {}, f"{st_path}: `prompts`")
+    default_prompt_name = st_config.get("default_prompt_name")
+    if default_prompt_name is not None and default_prompt_name not in prompts:
+        # sentence-transformers refuses this checkpoint as it loads; served, every request
+        # would fail on a prompt that is not there.
+        known = ", ".join(prompts) or "none"
+        raise ExportError(
+            f"{st_path}: default_prompt_name {default_prompt_name!r} is not one of its prompts "
+            f"({known})"
+        )
     tok_config = _optional_object(path / "tokenizer_config.json")
     id2label = _string_map(config.get("id2label") or {}, f"{config_path}: `id2label`")
     native = "auto_map" in config and is_native_class(architecture)
@@ -217,7 +226,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         dense_dirs=dense_dirs,
         max_seq_length=_max_seq_length(sbert, tok_config),
         prompts=prompts,
-        default_prompt_name=st_config.get("default_prompt_name"),
+        default_prompt_name=default_prompt_name,
         tokenizer_files=[name for name in TOKENIZER_FILES if (path / name).is_file()],
         padding_side=tok_config.get("padding_side"),
         truncation_side=tok_config.get("truncation_side"),

@@ -14,14 +14,16 @@ from types import FrameType
 
 from tei_export.cards import CardError, supported_families
 from tei_export.errors import ExportError
+from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import Pooling, Precision, Task
+from tei_runtime.providers import precision_named
 
 
 def _precisions(value: str) -> list[Precision]:
     names = [v.strip() for v in value.split(",")]
-    try:
-        precisions = [Precision(v) for v in names]
-    except ValueError as e:
+    try:  # the names --dtype takes too (float16, FP16), so one spelling works everywhere
+        precisions = [precision_named(v) for v in names]
+    except ProviderError as e:
         raise argparse.ArgumentTypeError(
             f"{value!r}: a comma-separated list of fp32, fp16, int8"
         ) from e
@@ -138,13 +140,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 class Terminated(BaseException):
-    """SIGTERM (docker stop, a batch job's kill) arrived: unwinds like Ctrl-C, so the
-    export's partial folder is removed. A BaseException, so no `except Exception` on the way
-    (a fallback, a retry) takes it for a failure to work around."""
+    """SIGTERM (docker stop, a batch job's kill) or SIGHUP (the terminal or SSH session
+    closed) arrived: unwinds like Ctrl-C, so the export's partial folder is removed. A
+    BaseException, so no `except Exception` on the way (a fallback, a retry) takes it for a
+    failure to work around."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise Terminated()
+    raise Terminated(signum)
+
+
+# Python's default for these ends the process at once, leaving the partial folder.
+_UNWINDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,15 +171,15 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install '.[export]')", file=sys.stderr)  # fmt: skip
         return 1
 
-    # Python's default for SIGTERM ends the process at once, leaving the partial folder.
     # Only the main thread may set a handler (an in-process caller on another keeps its own).
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    signals = _UNWINDING_SIGNALS if in_main else ()
+    previous = {sig: signal.signal(sig, _terminate) for sig in signals}
     try:
         return _export(args, export_model)
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
@@ -193,12 +204,18 @@ def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
     except (ExportError, CardError) as e:
         print(f"tei-export: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a full disk, a quota, a read-only file system: the system's words
+        where = f": {e.filename}" if e.filename else ""
+        print(f"tei-export: error: {e.strerror or e}{where}; nothing was written",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         print("tei-export: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except Terminated:
-        print("tei-export: terminated; nothing was written", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    except Terminated as t:
+        print(f"tei-export: {signal.Signals(t.signum).name}: stopped; nothing was written",
+              file=sys.stderr)  # fmt: skip
+        return 128 + t.signum
     return 0
 
 

@@ -38,6 +38,8 @@ class ExportPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Dense module folders, applied in order after pooling."""
     generative_rerank: GenerativeRerank | None = None
     """A causal LM exported as a reranker: its prompt and answer token ids."""
+    notes: list[str] = []
+    """What the export says about options it did not follow (shown, not fatal)."""
 
 
 def detect_task(architecture: str, labels: dict[int, str], pooling: Pooling | None) -> Task:
@@ -163,9 +165,14 @@ def make_plan(
             f"which transformers' {checkpoint.architecture} does not have: its vectors would "
             f"not be the model's; --trust-remote-code runs the model's own code if it ships one"
         )
+    notes: list[str] = []
     chosen_pooling = pooling or checkpoint.st_pooling
     detected = detect_task(checkpoint.architecture, checkpoint.labels, chosen_pooling)
     task = task or detected
+    scored = task in (Task.RERANK, Task.CLASSIFY)
+    if pooling is not None and (scored or (task is Task.SPARSE and pooling is not Pooling.SPLADE)):
+        # TEI warns and goes on the same way: a head's scores and SPLADE pool themselves.
+        notes.append(f"--pooling {pooling.value} ignored: a {task.value} model pools itself")
     if task is Task.SPARSE:
         chosen_pooling = Pooling.SPLADE
     generative = is_generative_reranker(checkpoint.architecture, task)
@@ -265,6 +272,7 @@ def make_plan(
         opset=opset,
         dense_dirs=[str(folder) for folder in dense],
         generative_rerank=generative_rerank,
+        notes=notes,
     )
 
 

@@ -21,6 +21,10 @@ class Progress:
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
+        if not self.console.is_terminal:
+            # No spinner off a terminal (CI, `docker logs`, a server's first-start export):
+            # a line as each stage starts, so a minute of int8 calibration is not silence.
+            self.console.print(f"{name} ...")
         with self.console.status(f"{name} ..."):
             yield
         elapsed = time.perf_counter() - start

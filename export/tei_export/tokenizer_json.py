@@ -38,6 +38,25 @@ def check_loads(path: Path) -> None:
         raise ExportError(f"{file}: the tokenizers library cannot load it ({e})") from e
 
 
+def check_fits_vocabulary(path: Path, vocab_size: object) -> None:
+    """Every id the tokenizer can give has a row in the model's embedding table
+    (config.json's `vocab_size`): a tokenizer from another model validates on random ids
+    below that size, then fails on the first real text that reaches a higher id."""
+    import tokenizers
+
+    file = path / TOKENIZER_JSON
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not file.is_file():
+        return
+    vocab = tokenizers.Tokenizer.from_file(str(file)).get_vocab(with_added_tokens=True)
+    token, top = max(vocab.items(), key=lambda item: item[1], default=("", -1))
+    if top >= vocab_size:
+        raise ExportError(
+            f"{file}: the tokenizer gives ids up to {top} ({token!r}), but config.json's "
+            f"vocab_size is {vocab_size}: the model has no embedding for them (is the "
+            f"tokenizer another model's?)"
+        )
+
+
 def needs_conversion(path: Path) -> bool:
     return (path / "config.json").is_file() and not (path / TOKENIZER_JSON).is_file()
 

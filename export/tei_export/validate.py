@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan
+from tei_runtime.lifetime import die_with_parent
 from tei_runtime.manifest import Precision
 
 # The longest sequence validated: the model's maximum, capped so that a 32k-context decoder
@@ -102,7 +103,7 @@ def validate(request: ValidationRequest, workdir: Path) -> list[VariantResult]:
     request_path = workdir / "validation-request.json"
     result_path = workdir / "validation-result.json"
     request_path.write_bytes(msgspec.json.encode(request))
-    env = dict(os.environ)
+    env = {**os.environ, _PARENT_PID: str(os.getpid())}
     proc = subprocess.run(
         [sys.executable, "-m", "tei_export.validate", str(request_path), str(result_path)],
         capture_output=True,
@@ -175,7 +176,13 @@ def _run(request: ValidationRequest) -> list[VariantResult]:
     return results
 
 
+# The exporter's pid, for the child to end with it (a killed export leaves no validation).
+_PARENT_PID = "TEI_EXPORT_PARENT_PID"
+
+
 def main() -> None:
+    parent = os.environ.get(_PARENT_PID)
+    die_with_parent(int(parent) if parent and parent.isdigit() else None)
     request_path, result_path = Path(sys.argv[1]), Path(sys.argv[2])
     request = msgspec.json.decode(request_path.read_bytes(), type=ValidationRequest)
     result_path.write_bytes(msgspec.json.encode(_run(request)))

@@ -110,8 +110,8 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
         device=Device.CPU,
         package="onnxruntime",
         gpu=Gpu.NONE,
-        # fp16 runs on CPU (onnxruntime casts around ops without fp16 kernels) but slowly, so
-        # auto takes it last.
+        # fp16 runs on CPU when asked for (onnxruntime casts around the ops it has no fp16
+        # kernel for) at about fp32's speed and nothing gained: auto takes it last.
         precisions=(Precision.FP32, Precision.INT8, Precision.FP16),
         io_binding=None,
     ),
@@ -170,6 +170,15 @@ def parse_device(device: str) -> tuple[Device, str | None]:
     if parsed is Device.OPENVINO:
         return parsed, device.strip().partition(":")[2] or None
     return parsed, arg or None
+
+
+def precision_named(name: str) -> Precision:
+    """A variant's precision by any name `parse_dtype` takes (fp16, float16, FP16, ...), for
+    `tei-export --variants`; ProviderError for auto or an unknown name."""
+    dtype = parse_dtype(name)
+    if dtype is DType.AUTO:
+        raise ProviderError("auto names no one precision; use fp32, fp16 or int8")
+    return _DTYPE_PRECISION[dtype]
 
 
 def parse_dtype(dtype: str) -> DType:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import hashlib
 import importlib.util
@@ -29,6 +28,7 @@ from pathlib import Path
 import msgspec
 
 from tei_bundle import artifact_folder, is_bundle_file
+from tei_runtime.lifetime import die_with_parent
 from tei_runtime.manifest import MANIFEST_NAME, Task
 from tei_serve.export_record import ExportRecord, read_record, why_stale, write_record
 
@@ -324,7 +324,7 @@ class ExportAnswer(msgspec.Struct, frozen=True, kw_only=True):
 def export_in_child(request: ExportRequest, sender: Connection) -> None:
     """The export child's body: export, then send an ExportAnswer. Other errors end it with a
     traceback on stderr (the parent reports its exit status)."""
-    _die_with_parent()
+    die_with_parent()
     # SIGTERM (the server stopped, or gone) unwinds the export, which removes what it wrote.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from tei_export.api import export_model  # type: ignore[import-untyped,unused-ignore]
@@ -347,18 +347,6 @@ def export_in_child(request: ExportRequest, sender: Connection) -> None:
         sender.close()
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM this process when its parent dies (docker stop, kill), so an export
-    does not outlive the server that asked for it; the exporter's staging removes the rest
-    at the next start. Elsewhere a no-op."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-_PR_SET_PDEATHSIG = 1
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

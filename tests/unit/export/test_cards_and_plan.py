@@ -157,6 +157,11 @@ def _st_files(pooling_key: str, *, dense: bool = False) -> dict[str, object]:
     ("modules.json", ["Pooling"], "modules.json: expected a list of modules"),
     ("config_sentence_transformers.json", {"prompts": ["query: "]},
      "`prompts`: expected an object of names to strings"),
+    ("config_sentence_transformers.json",
+     {"prompts": {"query": "q: "}, "default_prompt_name": "nope"},
+     "default_prompt_name 'nope' is not one of its prompts (query)"),
+    ("config_sentence_transformers.json", {"default_prompt_name": "query"},
+     "default_prompt_name 'query' is not one of its prompts (none)"),
     ("sentence_bert_config.json", "256", "expected a JSON object, found a string"),
     ("tokenizer_config.json", [1], "expected a JSON object, found a list"),
 ])  # fmt: skip
@@ -344,6 +349,12 @@ def test_classifier_keeps_its_labels_and_drops_pooling(tmp_path: Path) -> None:
     assert plan.labels == {0: "negative", 1: "neutral", 2: "positive"}
     assert plan.pooling is None
     assert plan.outputs == ["logits"]
+    assert plan.notes == []
+    # an explicit --pooling is not followed by a head that scores: said, as TEI warns
+    for pooling in (Pooling.MEAN, Pooling.SPLADE):
+        told = make_plan(read_checkpoint(_folder(tmp_path / "m", config)), pooling=pooling)
+        assert told.pooling is None and told.task is Task.CLASSIFY
+        assert told.notes == [f"--pooling {pooling.value} ignored: a classify model pools itself"]
 
 
 @pytest.mark.parametrize(("count", "task"), [(3, Task.CLASSIFY), (1, Task.RERANK)])

@@ -34,6 +34,12 @@ def test_variants_parse_and_default_to_all_three() -> None:
         Precision.INT8,
         Precision.FP32,
     ]
+    # the names --dtype takes work here too
+    assert p.parse_args(["m", "out", "--variants", "FP16,float32,Int8"]).variants == [
+        Precision.FP16,
+        Precision.FP32,
+        Precision.INT8,
+    ]
 
 
 @pytest.mark.parametrize(("variants", "says"), [
@@ -41,6 +47,8 @@ def test_variants_parse_and_default_to_all_three() -> None:
     ("", "a comma-separated list of fp32, fp16, int8"),  # not "all three" by accident
     ("fp32,", "a comma-separated list of fp32, fp16, int8"),
     ("fp32,int8,fp32", "a precision is named twice"),
+    ("fp16,float16", "a precision is named twice"),
+    ("auto", "a comma-separated list of fp32, fp16, int8"),
 ])  # fmt: skip
 def test_a_variant_list_that_is_not_one_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], variants: str, says: str

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tei_export import api
+from tei_export.errors import ExportError
 
 
 def _artifact(folder: Path, text: str) -> Path:
@@ -17,11 +18,11 @@ def _artifact(folder: Path, text: str) -> Path:
 
 def test_a_new_artifact_replaces_the_old_one_whole(tmp_path: Path) -> None:
     out = _artifact(tmp_path / "artifact", "old")
-    api._move_into_place(_artifact(tmp_path / ".artifact.partial-x", "new"), out)
+    api._move_into_place(_artifact(tmp_path / ".artifact.partial-x", "new"), out, True)
     assert (out / "manifest.json").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]  # nothing set aside
     fresh = tmp_path / "fresh"
-    api._move_into_place(_artifact(tmp_path / ".fresh.partial-y", "first"), fresh)
+    api._move_into_place(_artifact(tmp_path / ".fresh.partial-y", "first"), fresh, False)
     assert (fresh / "manifest.json").read_text() == "first"
 
 
@@ -41,6 +42,63 @@ def test_an_interrupted_replace_puts_the_old_artifact_back(
 
     monkeypatch.setattr(Path, "rename", rename)
     with pytest.raises(KeyboardInterrupt):
-        api._move_into_place(work, out)
+        api._move_into_place(work, out, True)
     assert (out / "manifest.json").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".artifact.partial-x", "artifact"]
+
+
+def test_what_appeared_meanwhile_is_replaced_only_as_at_the_start(tmp_path: Path) -> None:
+    """The start's check again at the end: a folder made at the output while the export ran
+    is kept without --overwrite, and with it replaced only if it is an artifact or empty."""
+    out = tmp_path / "artifact"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    work = _artifact(tmp_path / ".artifact.partial-x", "new")
+    with pytest.raises(ExportError, match="appeared while the export ran"):
+        api._move_into_place(work, out, False)
+    with pytest.raises(ExportError, match="is not an artifact folder"):
+        api._move_into_place(work, out, True)
+    assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == [
+        "notes.txt"
+    ]
+    (out / "notes.txt").unlink()  # an empty folder: refused as at the start, unless told
+    with pytest.raises(ExportError, match="appeared while the export ran"):
+        api._move_into_place(work, out, False)
+    api._move_into_place(work, out, True)
+    assert (out / "manifest.json").read_text() == "new"
+    other = _artifact(tmp_path / "other", "someone else's")
+    with pytest.raises(ExportError, match="appeared while the export ran"):
+        api._move_into_place(_artifact(tmp_path / ".other.partial-y", "mine"), other, False)
+    assert (other / "manifest.json").read_text() == "someone else's"
+
+
+def test_a_rename_the_system_refuses_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = _artifact(tmp_path / "artifact", "old")
+    real_rename = Path.rename
+
+    def busy(self: Path, target: Path) -> Path:
+        if self == out:
+            raise OSError(16, "Device or resource busy")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", busy)
+    with pytest.raises(ExportError, match=r"cannot move the artifact into .*: Device or resource"):
+        api._move_into_place(_artifact(tmp_path / ".artifact.partial-x", "new"), out, True)
+    assert (out / "manifest.json").read_text() == "old"
+
+
+def test_output_mistakes_are_found_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ExportError, match=r"afile is a file, not a folder"):
+        api._prepare_output(tmp_path / "afile" / "sub" / "out", overwrite=False)
+    assert not (tmp_path / "afile" / "sub").exists()
+    # a mount point (docker run -v ...:/out) cannot be renamed over: said before hours of work
+    mounted = _artifact(tmp_path / "out", "old")
+    monkeypatch.setattr(api.os.path, "ismount", lambda p: Path(p) == mounted)
+    with pytest.raises(ExportError, match=r"is a mount point.*a folder inside it"):
+        api._prepare_output(mounted, overwrite=True)
+    api._prepare_output(mounted / "model", overwrite=False)

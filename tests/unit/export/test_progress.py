@@ -1,0 +1,18 @@
+"""Progress off a terminal: a line as each stage starts and one as it ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from tei_export.progress import Progress
+
+
+def test_each_stage_is_announced_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = Progress()
+    assert not progress.console.is_terminal  # pytest captures stderr
+    with progress.stage("int8"):
+        assert capsys.readouterr().err == "int8 ...\n"  # said before the work, not after
+    assert "✓ int8" in capsys.readouterr().err
+    with Progress(quiet=True).stage("fp16"):
+        pass
+    assert capsys.readouterr().err == ""
