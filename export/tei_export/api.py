@@ -176,7 +176,7 @@ def export_model(
         with staging_folder(output_dir, SCRATCH_TAG) as scratch:
             # Rewritten copies of the checkpoint go in SCRATCH, removed however this ends.
             try:
-                with progress.stage("resolve"):
+                with progress.stage("resolve", announce=False):
                     source = resolve(
                         model,
                         revision=revision,
@@ -274,7 +274,7 @@ def _export(
     dense_path: str | None,
     overwrite: bool,
 ) -> Path:
-    with progress.stage("plan"):
+    with progress.stage("plan", announce=False):
         checkpoint = read_checkpoint(source.path)
         plan = make_plan(
             checkpoint,

@@ -19,11 +19,13 @@ class Progress:
         self.timings: list[tuple[str, float]] = []
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str, *, announce: bool = True) -> Iterator[None]:
+        """`announce`: off a terminal (CI, `docker logs`, a server's first-start export), where
+        no spinner shows, say the stage as it starts, so a minute of int8 calibration is not
+        silence; the checks that take no time (resolving a folder, the plan) are not, and a
+        mistake they find stays the one line printed."""
         start = time.perf_counter()
-        if not self.console.is_terminal:
-            # No spinner off a terminal (CI, `docker logs`, a server's first-start export):
-            # a line as each stage starts, so a minute of int8 calibration is not silence.
+        if announce and not self.console.is_terminal:
             self.console.print(f"{name} ...")
         with self.console.status(f"{name} ..."):
             yield

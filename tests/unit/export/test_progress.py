@@ -16,3 +16,5 @@ def test_each_stage_is_announced_off_a_terminal(capsys: pytest.CaptureFixture[st
     with Progress(quiet=True).stage("fp16"):
         pass
     assert capsys.readouterr().err == ""
+    with progress.stage("plan", announce=False):
+        assert capsys.readouterr().err == ""
