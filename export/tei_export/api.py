@@ -98,13 +98,7 @@ def _prepare_output(output_dir: Path, overwrite: bool) -> Path | None:
         if not overwrite:
             raise ExportError(f"{output_dir} already exists (pass --overwrite to replace it)")
         _check_replaceable(output_dir)
-        if os.path.ismount(output_dir):
-            # The artifact is built beside it and renamed into place: a mount point (a
-            # container's `-v ...:/out`) cannot be renamed, found here rather than after hours.
-            raise ExportError(
-                f"{output_dir} is a mount point, which the finished artifact cannot replace: "
-                f"export into a folder inside it (e.g. {output_dir / 'model'})"
-            )
+        _check_renamable(output_dir)
     parent = output_dir.parent
     if not_a_folder := next((p for p in (*reversed(parent.parents), parent)
                              if p.exists() and not p.is_dir()), None):  # fmt: skip
@@ -126,6 +120,28 @@ def _check_replaceable(output_dir: Path) -> None:
             f"{output_dir} is not an artifact folder (no {MANIFEST_NAME}); --overwrite "
             f"replaces only an earlier artifact or an empty folder"
         )
+
+
+def _check_renamable(output_dir: Path) -> None:
+    """The finished artifact is built beside OUTPUT_DIR and renamed into place, the old one set
+    aside by a rename: one that cannot be renamed (a mount point, a container's `-v ...:/out`
+    bind mount even from the same file system, an immutable folder) is found now, by trying
+    it, rather than after hours of export."""
+    # Not a tag the sweep of killed exports removes: this is the earlier artifact itself.
+    probe = output_dir.with_name(f".{output_dir.name}.rename-probe-{secrets.token_hex(6)}")
+    try:
+        output_dir.rename(probe)
+    except OSError as e:
+        hint = (
+            f"export into a folder inside it (e.g. {output_dir / 'model'})"
+            if e.errno == errno.EBUSY or os.path.ismount(output_dir)
+            else e.strerror or str(e)
+        )
+        raise ExportError(
+            f"{output_dir} cannot be replaced (--overwrite renames it aside, and it cannot be "
+            f"renamed: a mount point?): {hint}"
+        ) from e
+    probe.rename(output_dir)
 
 
 def _remove_created(created: Path | None) -> None:

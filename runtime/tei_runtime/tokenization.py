@@ -145,9 +145,9 @@ class Tokenizer:
         The cut is exact where it alone still fills those tokens: truncation keeps at most
         that many tokens of one sequence, and cutting at whitespace leaves the pre-tokens
         (hence tokens) before the cut unchanged. A tight cut (CHARS_PER_TOKEN) is tried
-        first, then TEI's own (MAX_CHARS_PER_TOKEN); a text sparser than that in tokens
-        (whitespace runs, one endless word) keeps TEI's cut, so no text costs more than
-        that many characters of tokenizing."""
+        first, then one at TEI's count (MAX_CHARS_PER_TOKEN); a text sparser than that in
+        tokens (whitespace runs, one endless word) is cut as TEI cuts it, at exactly that
+        many characters, so no text costs more than that many characters of tokenizing."""
         window = self.max_input_length if tokens is None else tokens
         for per_token in (CHARS_PER_TOKEN, MAX_CHARS_PER_TOKEN):
             budget = window * per_token
@@ -156,7 +156,7 @@ class Tokenizer:
             cut = cut_point(text, budget, direction)
             if self._count(cut) >= window:
                 return cut
-        return cut
+        return text[-budget:] if direction == "left" else text[:budget]
 
     def _count(self, text: str) -> int:
         try:

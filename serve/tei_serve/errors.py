@@ -201,11 +201,13 @@ class MessageTooLargeError(MalformedMessageError):
 
 class ClientGoneError(TeiError):
     """The client went away before its answer was ready; nothing is left queued for it.
-    Counted once per request (`te_request_failure{err="client_gone"}`, ours: TEI counts
-    nothing), and logged as the client's doing, not as a Backend failure."""
+    Logged once per request as the client's doing, not as a Backend failure; counted as TEI
+    counts it, by the worker: `te_request_failure{err="dropped"}` once per input it did not
+    compute because its client had left (nothing where the client left before its inputs
+    were queued, or once they ran)."""
 
     status = 499
-    metric = "client_gone"
+    metric = None
 
     @property
     def grpc_code(self) -> GrpcCode:

@@ -92,7 +92,7 @@ class MetricFamilies:
             registry=r,
         )
         self.batch_next_tokens = Histogram(
-            "te_batch_next_tokens", "Padded tokens per batch", labels,
+            "te_batch_next_tokens", "Tokens per batch (without padding)", labels,
             buckets=BATCH_TOKENS_BUCKETS, registry=r,
         )
 

@@ -156,10 +156,14 @@ class Worker:
                 continue
             taken = self.queue.next_batch()
             self.metrics.queue_size.set(len(self.queue))
+            if taken.dropped:
+                # TEI's count: one per queued input whose client left, as the batch forms.
+                self.metrics.inc("te_request_failure", "dropped", by=len(taken.dropped))
             if taken.batch is None:
                 continue
             self.metrics.batch_next_size.observe(len(taken.batch))
-            self.metrics.batch_next_tokens.observe(taken.batch.padded_tokens)
+            # TEI's: the inputs' own tokens (padding only decides where a batch ends).
+            self.metrics.batch_next_tokens.observe(sum(e.length for e in taken.batch.entries))
             self._slot = taken.batch
             self._slot_free.clear()
             self._slot_filled.set()
@@ -177,7 +181,10 @@ class Worker:
                 return
             self._slot_free.set()
             entries = [e for e in batch.entries if not e.payload.future.done()]
-            # Entries whose client left are skipped; the request counts itself (client_gone).
+            if skipped := len(batch.entries) - len(entries):
+                # Their client left after the batch formed: not computed, counted as dropped
+                # too (TEI would still compute them).
+                self.metrics.inc("te_request_failure", "dropped", by=skipped)
             if not entries:
                 continue
             started = self.clock()

@@ -109,9 +109,9 @@ def test_client_disconnect_drops_entries(serve: Callable[..., Running]) -> None:
         _wait(lambda: r.serving.admission.permits.available == 7)  # the leaver's permits are back
         r.model.gate.set()
         assert blocker.result().status_code == 200
-    # One failure for the one request that left (not one per input it had queued).
-    _wait(lambda: 'te_request_failure{err="client_gone"} 1' in r.client.get("/metrics").text)
-    assert 'err="dropped"' not in r.client.get("/metrics").text
+    # As TEI counts it: one per input the batcher dropped from the queue.
+    _wait(lambda: 'te_request_failure{err="dropped"} 3\n' in r.client.get("/metrics").text)
+    assert 'err="client_gone"' not in r.client.get("/metrics").text
     assert r.model.batches == [1]  # the leaver's entries never ran
     assert r.client.post("/embed", json={"inputs": "e"}).status_code == 200
 

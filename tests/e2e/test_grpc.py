@@ -613,10 +613,10 @@ def test_cancelled_stream_leaves_nothing_queued(
     _wait(lambda: len(worker.queue) == 0)
     assert sum(model.batches) <= held  # at most the batch already at the gate ran
     assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
-    # the stream counts once as a client that left, not once per message it had in flight
+    # TEI's count: one `dropped` per input not computed because its client left
     url = f"http://127.0.0.1:{r.metrics_port}/metrics"
-    _wait(lambda: 'te_request_failure{err="client_gone"} 1' in httpx.get(url, timeout=10).text)
-    assert 'te_request_failure{err="client_gone"} 1\n' in httpx.get(url, timeout=10).text
+    _wait(lambda: f'te_request_failure{{err="dropped"}} {20 - held}\n'
+          in httpx.get(url, timeout=10).text)  # fmt: skip
 
 
 # -- metrics, spans, the Prometheus port ----------------------------------------------------------
@@ -715,7 +715,7 @@ def test_calls_queued_at_the_end_of_the_grace_period_are_unavailable_not_cancell
     r.stopped_by(stopping)
 
 
-def test_a_cancelled_call_counts_once_as_client_gone(
+def test_a_cancelled_call_counts_its_queued_input_as_dropped(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:
     pb, stubs = client
@@ -729,9 +729,10 @@ def test_a_cancelled_call_counts_once_as_client_gone(
     _wait(lambda: len(r.serving.worker.queue) + len(r.serving.worker._slot or []) >= 1)
     leaver.cancel()
     url = f"http://127.0.0.1:{r.metrics_port}/metrics"
-    _wait(lambda: 'te_request_failure{err="client_gone"} 1' in httpx.get(url, timeout=10).text)
+    _wait(lambda: r.serving.admission.permits.available == 511)  # the server saw it leave
     model.gate.set()
     assert blocker.result(timeout=30).embeddings
+    _wait(lambda: 'te_request_failure{err="dropped"} 1\n' in httpx.get(url, timeout=10).text)
 
 
 def test_errors_are_logged_as_over_http(
@@ -747,3 +748,27 @@ def test_errors_are_logged_as_over_http(
     assert "failed: Empty INVALID_ARGUMENT: " in failed[0].getMessage()
     assert [(rec.levelno, rec.getMessage().split(" model=")[0]) for rec in failed] == [
         (logging.WARNING, "/tei.v1.Embed/Embed"), (logging.WARNING, "/tei.v1.Embed/EmbedStream")]
+
+
+def test_a_stream_cancelled_while_answering_is_logged_once(
+    grpc_serve: Callable[..., RunningGrpc], client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cancelled between answers (the handler closed at its yield, not cancelled in an
+    await), every time: one "the client left" line per stream, and no work left behind."""
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    with caplog.at_level(logging.INFO, logger="tei_serve.access"):
+        for _ in range(5):
+            call = stubs.EmbedStub(r.channel).EmbedStream(
+                iter([pb.EmbedRequest(inputs=f"hello {i}") for i in range(200)])
+            )
+            for _, _answer in zip(range(2), call, strict=False):
+                pass
+            call.cancel()
+
+        def left() -> list[logging.LogRecord]:
+            return [rec for rec in caplog.records if "client left" in rec.getMessage()]
+
+        _wait(lambda: len(left()) == 5)
+    assert all(rec.getMessage().startswith("/tei.v1.Embed/EmbedStream") for rec in left())
+    _wait(lambda: r.serving.admission.permits.available == 512 and not len(r.serving.worker.queue))

@@ -154,6 +154,10 @@ def test_models_list_and_info(multi: Multi) -> None:
     assert missing.status_code == 404
     assert missing.json()["type"] == "Validation" and "`nope` does not exist" in (
         missing.json()["message"])
+    # the same routes without /v1 answer the same, errors in OpenAI's shape included
+    assert c.get("/models").json() == listed
+    bare = c.get("/models/nope")
+    assert (bare.status_code, bare.json()) == (404, missing.json())
     info = c.get("/info").json()
     assert info["model_id"] == "org/emb" and info["served_model_name"] == "emb"
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}

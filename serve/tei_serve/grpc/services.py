@@ -198,6 +198,8 @@ class Call:
     route: str
     picked: str | None = None
     """The served model the call was routed to, once it is: its failures count under it."""
+    left: bool = False
+    """Its client's leaving is logged (once, whichever way the cancel arrived)."""
 
     def headers(self) -> dict[str, str]:
         """The call's metadata (a `traceparent` continues the caller's trace)."""
@@ -265,14 +267,15 @@ class TeiServices:
             raise
 
     def left(self, call: Call) -> None:
-        """A call cancelled by its client (or whose client went away), counted once and logged
-        as HTTP counts and logs a client that leaves; not so when the shutdown cut it."""
-        if self.stopping:
+        """A call cancelled by its client (or whose client went away), logged once as HTTP
+        logs a client that leaves (the worker counts its dropped inputs, as TEI does); not
+        so when the shutdown cut it."""
+        if self.stopping or call.left:
             return
+        call.left = True
         gone = ClientGoneError("call cancelled")
         gone.model = call.picked
         observe.log_failure(call.route, gone, "CANCELLED")
-        self.models.families.failure("client_gone", model=gone.model)
 
     def observed(
         self, call: Call, serving: Serving, work: Awaitable[observe.R], *, handler: str,
@@ -296,6 +299,11 @@ class TeiServices:
             await self.fail(call, e)
         except asyncio.CancelledError:
             self.left(call)  # once for the stream, however many of its messages were in flight
+            raise
+        except GeneratorExit:
+            # Cancelled while an answer was on its way out: the generator is closed at its
+            # yield rather than cancelled in an await.
+            self.left(call)
             raise
 
     def known_model(self, call: Call) -> None:
@@ -510,8 +518,15 @@ class TeiServices:
         async def behaviour(requests: AsyncIterator[Req], context: Context) -> AsyncIterator[Resp]:
             # grpc.aio tells a streaming handler by `inspect.isasyncgenfunction`
             call = Call(context, route)
-            async for answer in self.streamed(call, requests, lambda req: fn(_decoded(req), call)):
-                yield answer
+            answers = self.streamed(call, requests, lambda req: fn(_decoded(req), call))
+            try:
+                async for answer in answers:
+                    yield answer
+            except GeneratorExit:
+                self.left(call)  # closed at this yield: the one inside is never resumed
+                raise
+            finally:
+                await answers.aclose()  # now, not at garbage collection: in-flight work stops
 
         return grpc.stream_stream_rpc_method_handler(
             behaviour, decoder(request, self.message_limit), response.SerializeToString

@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     from tei_serve.metrics import MetricFamilies
 
 OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
-OPENAI_PREFIX = "/v1/models"
+OPENAI_PREFIXES = ("/v1/models", "/models")
 
 
 def is_openai(path: str) -> bool:
     """The routes that answer errors in OpenAI's shape: its embeddings and models routes."""
-    return path in OPENAI_PATHS or path.startswith(OPENAI_PREFIX)
+    return path in OPENAI_PATHS or path.startswith(OPENAI_PREFIXES)
 
 
 class ErrorResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -96,9 +96,19 @@ def test_output_mistakes_are_found_before_any_work(
     with pytest.raises(ExportError, match=r"afile is a file, not a folder"):
         api._prepare_output(tmp_path / "afile" / "sub" / "out", overwrite=False)
     assert not (tmp_path / "afile" / "sub").exists()
-    # a mount point (docker run -v ...:/out) cannot be renamed over: said before hours of work
+    # a mount point (docker run -v ...:/out) cannot be renamed: said before hours of work
     mounted = _artifact(tmp_path / "out", "old")
-    monkeypatch.setattr(api.os.path, "ismount", lambda p: Path(p) == mounted)
-    with pytest.raises(ExportError, match=r"is a mount point.*a folder inside it"):
+    api._prepare_output(mounted, overwrite=True)  # the probe renames it aside and back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "out"]
+    real_rename = Path.rename
+
+    def busy(self: Path, target: Path) -> Path:
+        if self == mounted:
+            raise OSError(16, "Device or resource busy")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", busy)
+    with pytest.raises(ExportError, match=r"cannot be replaced .*a mount point.*a folder inside"):
         api._prepare_output(mounted, overwrite=True)
     api._prepare_output(mounted / "model", overwrite=False)
+    assert (mounted / "manifest.json").read_text() == "old"

@@ -188,6 +188,10 @@ def test_a_text_sparser_than_teis_cut_is_cut_as_tei_cuts_it(embed_artifact: Buil
     (enc,) = m.encode([sparse])
     assert enc.ids == (CLS, *[VOCAB["cat"]] * len(kept.split()), SEP)
     assert len(m.tokenizer.cut_long("x" * 3_000_000, "left")) == limit  # one endless word
+    # TEI's cut to the character, a word across it kept in part (not cut back to whitespace)
+    straddling = " " * (limit - 5) + "catcat" + " cat" * 1000
+    assert m.tokenizer.cut_long(straddling, "right") == " " * (limit - 5) + "catca"
+    assert m.tokenizer.cut_long(straddling[::-1], "left") == "actac" + " " * (limit - 5)
 
 
 def test_cut_point_prefers_whitespace() -> None:
