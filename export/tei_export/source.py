@@ -69,10 +69,13 @@ def resolve(
         if not _has_safetensors_weights(path):
             path = download([*_METADATA_PATTERNS, *_PICKLE_PATTERNS])
     except LocalEntryNotFoundError as e:
+        from huggingface_hub import constants
+
+        where = cache_dir or constants.HF_HUB_CACHE  # the folder huggingface_hub looked in
         raise ExportError(
-            f"{model}: no such local folder, and as a hub id not in the hub cache and the hub "
-            f"cannot be reached (offline or no network); pass a local folder or populate the "
-            f"cache"
+            f"{model}: no such local folder, and as a hub id not in the hub cache ({where}) "
+            f"and the hub cannot be reached (offline or no network); pass a local folder or "
+            f"populate the cache"
         ) from e
     except HFValidationError as e:
         raise ExportError(f"{model}: neither a folder nor a valid hub id ({e})") from e

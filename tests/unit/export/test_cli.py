@@ -107,7 +107,7 @@ def test_uncached_hub_id_offline_fails_with_one_line(
     code = main(["someone/not-cached", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")])
     assert code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not in the hub cache" in err[0]
+    assert len(err) == 1 and f"not in the hub cache ({tmp_path / 'c'})" in err[0]
     assert "no such local folder" in err[0]  # a mistyped relative path reads as a hub id
 
 
