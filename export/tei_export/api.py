@@ -301,8 +301,10 @@ def _export(
             opset=opset,
             dense_path=dense_path,
         )
-        tokenizer_json.check_fits_vocabulary(source.path, checkpoint.config.get("vocab_size"))
-    for note in plan.notes:
+        vocabulary_notes = tokenizer_json.check_fits_vocabulary(
+            source.path, checkpoint.config.get("vocab_size")
+        )
+    for note in [*plan.notes, *vocabulary_notes]:
         progress.note(note)
     if checkpoint.own_code_skipped and not trust_remote_code:
         progress.note(

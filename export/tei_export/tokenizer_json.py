@@ -38,23 +38,38 @@ def check_loads(path: Path) -> None:
         raise ExportError(f"{file}: the tokenizers library cannot load it ({e})") from e
 
 
-def check_fits_vocabulary(path: Path, vocab_size: object) -> None:
-    """Every id the tokenizer can give has a row in the model's embedding table
+def check_fits_vocabulary(path: Path, vocab_size: object) -> list[str]:
+    """Every id the tokenizer gives an ordinary text has a row in the model's embedding table
     (config.json's `vocab_size`): a tokenizer from another model validates on random ids
-    below that size, then fails on the first real text that reaches a higher id."""
+    below that size, then fails on the first real text that reaches a higher id. Added
+    tokens past the table that a text gets only by spelling them out (a chat template's
+    markers) are allowed, and returned as notes."""
     import tokenizers
 
     file = path / TOKENIZER_JSON
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not file.is_file():
-        return
-    vocab = tokenizers.Tokenizer.from_file(str(file)).get_vocab(with_added_tokens=True)
-    token, top = max(vocab.items(), key=lambda item: item[1], default=("", -1))
-    if top >= vocab_size:
+        return []
+    tokenizer = tokenizers.Tokenizer.from_file(str(file))
+    base = tokenizer.get_vocab(with_added_tokens=False)
+    framed = tokenizer.encode("a", add_special_tokens=True).ids  # what every text carries
+    past = sorted(
+        ((i, t) for t, i in base.items() if i >= vocab_size), reverse=True
+    ) or [(i, str(tokenizer.id_to_token(i))) for i in framed if i >= vocab_size]
+    if past:
+        top, token = past[0]
         raise ExportError(
             f"{file}: the tokenizer gives ids up to {top} ({token!r}), but config.json's "
             f"vocab_size is {vocab_size}: the model has no embedding for them (is the "
             f"tokenizer another model's?)"
         )
+    added = sorted(t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()
+                   if i >= vocab_size)  # fmt: skip
+    if not added:
+        return []
+    return [
+        f"added tokens past config.json's vocab_size {vocab_size} ({', '.join(added[:5])}"
+        f"{', ...' if len(added) > 5 else ''}): a text that spells one out fails"
+    ]
 
 
 def needs_conversion(path: Path) -> bool:
