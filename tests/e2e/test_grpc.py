@@ -672,16 +672,25 @@ def test_spans_like_http_with_the_callers_trace(
     assert children == {"tokenize", "queue", "inference"}
 
 
+def _held_at_the_gate(
+    grpc_serve: Callable[..., RunningGrpc], client: Any, **settings: Any
+) -> tuple[RunningGrpc, Any, Any]:
+    """An embedder whose model holds its first batch at the gate, with one Embed call in it:
+    (the server, the Embed stub, that call's future)."""
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, **settings)
+    r.serving.model.gate.clear()
+    embed = stubs.EmbedStub(r.channel)
+    held = embed.Embed.future(pb.EmbedRequest(inputs="hello world"))
+    _wait(r.serving.model.running.is_set)
+    return r, embed, held
+
+
 def test_graceful_stop_answers_the_calls_in_flight(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:
-    pb, stubs = client
-    r = grpc_serve(Task.EMBED)
+    r, _, in_flight = _held_at_the_gate(grpc_serve, client)
     model = r.serving.model
-    model.gate.clear()
-    embed = stubs.EmbedStub(r.channel)
-    in_flight = embed.Embed.future(pb.EmbedRequest(inputs="hello world"))
-    _wait(model.running.is_set)
     stopping = r.stopping(grace=30)
     _wait(lambda: r.front.health._gracefully_shutting_down)
     assert not stopping.done()  # stop waits for the call the model holds
@@ -693,13 +702,9 @@ def test_graceful_stop_answers_the_calls_in_flight(
 def test_calls_queued_at_the_end_of_the_grace_period_are_unavailable_not_cancelled(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:
-    pb, stubs = client
-    r = grpc_serve(Task.EMBED, max_batch_requests=1)
+    pb, _ = client
+    r, embed, running = _held_at_the_gate(grpc_serve, client, max_batch_requests=1)
     model = r.serving.model
-    model.gate.clear()
-    embed = stubs.EmbedStub(r.channel)
-    running = embed.Embed.future(pb.EmbedRequest(inputs="hello world"))
-    _wait(model.running.is_set)
     queued = [embed.Embed.future(pb.EmbedRequest(inputs=f"later {i}")) for i in range(4)]
     _wait(lambda: len(r.serving.worker.queue) + len(r.serving.worker._slot or []) == 4)
     # grace 3.5 s: what is queued is refused 0.5 s in (SHED_MARGIN_SECONDS before the end)
@@ -718,13 +723,9 @@ def test_calls_queued_at_the_end_of_the_grace_period_are_unavailable_not_cancell
 def test_a_cancelled_call_counts_its_queued_input_as_dropped(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:
-    pb, stubs = client
-    r = grpc_serve(Task.EMBED)
+    pb, _ = client
+    r, embed, blocker = _held_at_the_gate(grpc_serve, client)
     model = r.serving.model
-    model.gate.clear()
-    embed = stubs.EmbedStub(r.channel)
-    blocker = embed.Embed.future(pb.EmbedRequest(inputs="hold"))
-    _wait(model.running.is_set)
     leaver = embed.Embed.future(pb.EmbedRequest(inputs="leave"))
     _wait(lambda: len(r.serving.worker.queue) + len(r.serving.worker._slot or []) >= 1)
     leaver.cancel()

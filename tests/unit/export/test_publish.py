@@ -16,6 +16,18 @@ def _artifact(folder: Path, text: str) -> Path:
     return folder
 
 
+def _refuse_renames(monkeypatch: pytest.MonkeyPatch, folder: Path, error: BaseException) -> None:
+    """Renaming FOLDER raises ERROR (a mount point's EBUSY, Ctrl-C at that instant)."""
+    real_rename = Path.rename
+
+    def rename(self: Path, target: Path) -> Path:
+        if self == folder:
+            raise error
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+
+
 def test_a_new_artifact_replaces_the_old_one_whole(tmp_path: Path) -> None:
     out = _artifact(tmp_path / "artifact", "old")
     api._move_into_place(_artifact(tmp_path / ".artifact.partial-x", "new"), out, True)
@@ -33,14 +45,7 @@ def test_an_interrupted_replace_puts_the_old_artifact_back(
     code deleted the old one first: an interrupt there lost both)."""
     out = _artifact(tmp_path / "artifact", "old")
     work = _artifact(tmp_path / ".artifact.partial-x", "new")
-    real_rename = Path.rename
-
-    def rename(self: Path, target: Path) -> Path:
-        if self == work:
-            raise KeyboardInterrupt
-        return real_rename(self, target)
-
-    monkeypatch.setattr(Path, "rename", rename)
+    _refuse_renames(monkeypatch, work, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         api._move_into_place(work, out, True)
     assert (out / "manifest.json").read_text() == "old"
@@ -76,14 +81,7 @@ def test_a_rename_the_system_refuses_is_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = _artifact(tmp_path / "artifact", "old")
-    real_rename = Path.rename
-
-    def busy(self: Path, target: Path) -> Path:
-        if self == out:
-            raise OSError(16, "Device or resource busy")
-        return real_rename(self, target)
-
-    monkeypatch.setattr(Path, "rename", busy)
+    _refuse_renames(monkeypatch, out, OSError(16, "Device or resource busy"))
     with pytest.raises(ExportError, match=r"cannot move the artifact into .*: Device or resource"):
         api._move_into_place(_artifact(tmp_path / ".artifact.partial-x", "new"), out, True)
     assert (out / "manifest.json").read_text() == "old"
@@ -100,14 +98,7 @@ def test_output_mistakes_are_found_before_any_work(
     mounted = _artifact(tmp_path / "out", "old")
     api._prepare_output(mounted, overwrite=True)  # the probe renames it aside and back
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "out"]
-    real_rename = Path.rename
-
-    def busy(self: Path, target: Path) -> Path:
-        if self == mounted:
-            raise OSError(16, "Device or resource busy")
-        return real_rename(self, target)
-
-    monkeypatch.setattr(Path, "rename", busy)
+    _refuse_renames(monkeypatch, mounted, OSError(16, "Device or resource busy"))
     with pytest.raises(ExportError, match=r"cannot be replaced .*a mount point.*a folder inside"):
         api._prepare_output(mounted, overwrite=True)
     api._prepare_output(mounted / "model", overwrite=False)
