@@ -228,8 +228,9 @@ class Metrics:
             for _ in range(n):
                 histogram.observe(seconds)
 
-    def failure(self, err: str) -> None:
-        self.families.failure(err, model=self.model)
+    def failure(self, err: str, *, by: int = 1) -> None:
+        """`by` failed requests (TEI's `dropped` counts the inputs of one, each apart)."""
+        self.families.inc("te_request_failure", err, model=self.model, by=by)
 
     def counter_value(self, name: str, *labels: str) -> float:
         return self.families.counter_value(name, *labels, model=self.model)

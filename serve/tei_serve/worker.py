@@ -158,7 +158,7 @@ class Worker:
             self.metrics.queue_size.set(len(self.queue))
             if taken.dropped:
                 # TEI's count: one per queued input whose client left, as the batch forms.
-                self.metrics.inc("te_request_failure", "dropped", by=len(taken.dropped))
+                self.metrics.failure("dropped", by=len(taken.dropped))
             if taken.batch is None:
                 continue
             self.metrics.batch_next_size.observe(len(taken.batch))
@@ -184,7 +184,7 @@ class Worker:
             if skipped := len(batch.entries) - len(entries):
                 # Their client left after the batch formed: not computed, counted as dropped
                 # too (TEI would still compute them).
-                self.metrics.inc("te_request_failure", "dropped", by=skipped)
+                self.metrics.failure("dropped", by=skipped)
             if not entries:
                 continue
             started = self.clock()

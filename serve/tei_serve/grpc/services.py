@@ -198,8 +198,6 @@ class Call:
     route: str
     picked: str | None = None
     """The served model the call was routed to, once it is: its failures count under it."""
-    left: bool = False
-    """Its client's leaving is logged (once, whichever way the cancel arrived)."""
 
     def headers(self) -> dict[str, str]:
         """The call's metadata (a `traceparent` continues the caller's trace)."""
@@ -270,9 +268,8 @@ class TeiServices:
         """A call cancelled by its client (or whose client went away), logged once as HTTP
         logs a client that leaves (the worker counts its dropped inputs, as TEI does); not
         so when the shutdown cut it."""
-        if self.stopping or call.left:
+        if self.stopping:
             return
-        call.left = True
         gone = ClientGoneError("call cancelled")
         gone.model = call.picked
         observe.log_failure(call.route, gone, "CANCELLED")
@@ -297,14 +294,6 @@ class TeiServices:
                 yield response
         except TeiError as e:
             await self.fail(call, e)
-        except asyncio.CancelledError:
-            self.left(call)  # once for the stream, however many of its messages were in flight
-            raise
-        except GeneratorExit:
-            # Cancelled while an answer was on its way out: the generator is closed at its
-            # yield rather than cancelled in an await.
-            self.left(call)
-            raise
 
     def known_model(self, call: Call) -> None:
         """A stream naming a model that is not served ends NOT_FOUND even with no message
@@ -522,8 +511,11 @@ class TeiServices:
             try:
                 async for answer in answers:
                     yield answer
-            except GeneratorExit:
-                self.left(call)  # closed at this yield: the one inside is never resumed
+            except (asyncio.CancelledError, GeneratorExit):
+                # The client cancelled: in an await (CancelledError, from inside `answers`) or
+                # while an answer was on its way out (this generator closed at its yield).
+                # Logged once for the stream, however many of its messages were in flight.
+                self.left(call)
                 raise
             finally:
                 await answers.aclose()  # now, not at garbage collection: in-flight work stops
