@@ -55,6 +55,14 @@ def netns_available() -> bool:
     return probe.returncode == 0
 
 
+# The variables by which onnxruntime's native library (1.2x/1.3x) recognises a CI run and
+# leaves telemetry off; read from the library's strings, the list it checks.
+CI_MARKERS = (
+    "CI", "TF_BUILD", "GITHUB_ACTIONS", "GITLAB_CI", "CIRCLECI", "TRAVIS", "JENKINS_URL",
+    "CODEBUILD_BUILD_ID", "BUILDKITE", "TEAMCITY_VERSION", "APPVEYOR", "BITBUCKET_BUILD_NUMBER",
+)  # fmt: skip
+
+
 class Offline:
     """One air-gapped run: its environment, audit log and (optionally) namespace."""
 
@@ -72,7 +80,10 @@ class Offline:
         # onnxruntime's telemetry cache follows XDG_CACHE_HOME where the caller's shell sets it
         # (CI runners do): pinned here so the check below looks where it would be written.
         self.env["XDG_CACHE_HOME"] = str(self.home / ".cache")
-        self.env.pop("ORT_DISABLE_TELEMETRY", None)  # what a user's shell has: nothing
+        # What a user's shell has: nothing that turns onnxruntime's telemetry off. Its native
+        # library also skips telemetry when it sees a CI service's variable, so those go too.
+        for key in ("ORT_DISABLE_TELEMETRY", *CI_MARKERS):
+            self.env.pop(key, None)
         self.env["TEI_NET_AUDIT"] = str(self.audit)
         self.env["PYTHONPATH"] = os.pathsep.join(
             [str(HERE / "netguard"), *filter(None, [os.environ.get("PYTHONPATH")])]
