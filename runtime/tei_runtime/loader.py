@@ -207,7 +207,9 @@ def load(
     length = manifest.max_input_length
     if max_input_length is not None:
         length = min(length, max_input_length)
-    tokenizer = Tokenizer(verify_tokenizer(artifact), max_input_length=length)
+    tokenizer = Tokenizer(
+        verify_tokenizer(artifact), max_input_length=length, name=manifest.source.model_id
+    )
     model_path = verify_variant(artifact, variant)
     if choice.device is Device.TENSORRT:
         # TensorRT writes its engine and timing caches here; it does not create the folder.

@@ -109,7 +109,9 @@ def cut_point(text: str, budget: int, direction: Direction) -> str:
 
 
 class Tokenizer:
-    def __init__(self, tokenizer_json: Path, *, max_input_length: int) -> None:
+    def __init__(self, tokenizer_json: Path, *, max_input_length: int, name: str = "") -> None:
+        self.name = name or str(tokenizer_json.parent)
+        """The model the tokenizer belongs to, as warnings name it (several may be served)."""
         try:
             data = tokenizer_json.read_text(encoding="utf-8")
             self._plain = tokenizers.Tokenizer.from_str(data)
@@ -258,10 +260,11 @@ class Tokenizer:
         if unknown and not self._warned_unknown_ids:
             self._warned_unknown_ids = True  # once: a client sending them sends them always
             _log.warning(
-                "token ids outside the vocabulary (size %d) were dropped from an input: ids "
+                "%s: token ids outside the vocabulary (size %d) were dropped from an input: ids "
                 "from another tokenizer (an OpenAI client's tiktoken ids) embed as noise; send "
-                "text instead (LangChain: check_embedding_ctx_length=False)", self.vocab_size,
-            )
+                "text instead (LangChain: check_embedding_ctx_length=False)",
+                self.name, self.vocab_size,
+            )  # fmt: skip
         tok = self._plain
         if truncate:
             tok = self._left if direction == "left" else self._right

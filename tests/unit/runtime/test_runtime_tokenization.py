@@ -99,6 +99,7 @@ def test_id_inputs_are_decoded_tokenized_again_and_truncated(
     # one warning, the first time: tiktoken ids from an OpenAI client embed as noise
     [warned] = [r for r in caplog.records if "outside the vocabulary" in r.message]
     assert warned.levelname == "WARNING" and "check_embedding_ctx_length" in warned.message
+    assert warned.message.startswith(f"{m.manifest.source.model_id}: ")  # which model, of several
     with pytest.raises(ValidationError, match="no token id is in the vocabulary"):
         m.encode([[10_000, 20_000]])
     with pytest.raises(ValidationError, match="32 bits"):
