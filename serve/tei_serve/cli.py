@@ -34,6 +34,7 @@ from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
 from tei_serve.http.app import build_app
 from tei_serve.http.connection import KeepAliveHttp10Protocol
+from tei_serve.log_filter import parse_log_filter
 from tei_serve.low_ports import prepare_bind
 from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import Input, ServedModel
@@ -77,7 +78,10 @@ def configure_logging(settings: Settings) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(settings.log_level.upper())
+    levels = parse_log_filter(settings.log_level)
+    levels.apply()
+    if levels.problem:
+        log.warning("%s", levels.problem)
 
 
 def check_limits(settings: Settings, model_max_length: int) -> None:
