@@ -32,6 +32,7 @@ from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.manifest import Manifest, Task
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
+from tei_serve.dual_stack import dual_stack_listener
 from tei_serve.http.app import build_app
 from tei_serve.http.connection import KeepAliveHttp10Protocol
 from tei_serve.log_filter import parse_log_filter
@@ -319,11 +320,17 @@ def serve(served: Serving | Models) -> bool:
         uvicorn_config(served), shed=models.shed_at_the_deadline,
         margin=lambda: models.shed_margin(SHED_MARGIN_SECONDS), grace=SHUTDOWN_GRACE_SECONDS,
     )  # fmt: skip
+    s = models.settings
+    try:
+        listener = dual_stack_listener(s.hostname, s.port, backlog=uv.config.backlog)
+    except OSError as e:
+        log.error("cannot listen on [%s]:%d: %s", s.hostname.strip("[]"), s.port, e.strerror)
+        return False
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _after_shutdown)
     try:
-        uv.run()
+        uv.run(sockets=None if listener is None else [listener])
     except SystemExit:  # uvicorn exits 3 where it cannot bind; the CLI says 1, as with --grpc
         return False
     return bool(uv.started)

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from tei_serve.dual_stack import dual_stack_listener
 from tei_serve.metrics import CONTENT_TYPE
 
 log = logging.getLogger("tei_serve")
@@ -42,7 +43,11 @@ class MetricsPort:
 
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(self._answer, self._host, self._port)
+            listener = dual_stack_listener(self._host, self._port, backlog=100)
+            if listener is None:
+                self._server = await asyncio.start_server(self._answer, self._host, self._port)
+            else:
+                self._server = await asyncio.start_server(self._answer, sock=listener)
         except OSError as e:
             raise MetricsPortError(
                 f"cannot serve Prometheus metrics on {self._host}:{self._port}: {e.strerror} "

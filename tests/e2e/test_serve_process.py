@@ -196,3 +196,43 @@ def test_a_port_in_use_ends_the_start_with_one_line_and_exit_1(
             assert str(taken) in run.stderr
     finally:
         holder.close()
+
+
+@pytest.mark.skipif(not socket.has_dualstack_ipv6(), reason="no dual-stack IPv6 on this host")
+def test_ipv6_wildcard_takes_ipv4_clients_as_tei_does(
+    tmp_path: Path, tiny_reranker_artifact: Path
+) -> None:
+    """`--hostname ::` (TEI's images are often run with it) answers 127.0.0.1 and ::1 on both
+    the API port and the Prometheus port; a taken port is one line and exit 1."""
+    port, metrics = free_port(), free_port()
+    env = {**os.environ, "HUGGINGFACE_HUB_CACHE": str(tmp_path), "LOG_LEVEL": "trace"}
+    proc = subprocess.Popen(
+        [str(TEI_SERVE), "--model-id", str(tiny_reranker_artifact), "--port", str(port),
+         "--hostname", "::", "--prometheus-port", str(metrics)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    try:
+        _wait(lambda: _answers(f"http://127.0.0.1:{port}/health"), 120, proc)
+        for host in ("127.0.0.1", "[::1]"):
+            assert httpx.get(f"http://{host}:{port}/health", timeout=5).status_code == 200
+            scraped = httpx.get(f"http://{host}:{metrics}/metrics", timeout=5)
+            assert scraped.status_code == 200 and "te_" in scraped.text
+        taken = subprocess.run(
+            [str(TEI_SERVE), "--model-id", str(tiny_reranker_artifact), "--port", str(port),
+             "--hostname", "::", "--prometheus-port", "0"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert taken.returncode == 1 and "Traceback" not in taken.stderr, taken.stderr[-2000:]
+        assert f"cannot listen on [::]:{port}" in taken.stderr
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-2000:]
+    assert "LOG_LEVEL" not in out  # trace, which TEI takes, is read without a fallback
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
