@@ -19,7 +19,7 @@ import msgspec
 
 from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import Pooling, Task
-from tei_runtime.providers import parse_dtype
+from tei_runtime.providers import parse_device, parse_dtype
 
 log = logging.getLogger("tei_serve")
 
@@ -209,6 +209,14 @@ def _pooling(value: str) -> str:
         raise argparse.ArgumentTypeError(f"pooling must be one of {names}") from None
 
 
+def _device(value: str) -> str:
+    try:
+        parse_device(value)
+    except ProviderError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def _task(value: str) -> str:
     v = value.strip().lower()
     choices = [AUTO_TASK, *(t.value for t in Task)]
@@ -237,6 +245,10 @@ class _Option:
     multiple: bool = False
     field: str | None = None
     """The Settings field, where it is not the flag's snake_case name."""
+    env_may_be_foreign: bool = False
+    """Ours alone, under an env name so common that the environment may hold it for
+    something else (a hosting platform's TASK): TEI, which never reads it, starts whatever it
+    holds, so an unreadable value there is ignored with a warning, not a failed start."""
 
     @property
     def dest(self) -> str:
@@ -266,7 +278,7 @@ _OPTIONS: tuple[_Option, ...] = (
             "its architecture, as TEI does), embed, classify, rerank or sparse; `rerank` on a "
             "*ForCausalLM is a generative reranker (Qwen3-Reranker). With several models repeat "
             "it in --model-id order. Checked against an artifact's own task.", multiple=True,
-            field="tasks"),
+            field="tasks", env_may_be_foreign=True),
     _Option("--max-concurrent-requests", _positive_int,
             "Admission permits (one per input); none left answers 429."),
     _Option("--max-batch-tokens", _positive_int,
@@ -307,9 +319,10 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--cors-allow-origin", str, "Allowed CORS origins (repeat or comma-separate). "
             "Default: any.", multiple=True),
     _Option("--grpc", None, "Serve TEI's gRPC API (tei.v1 services, grpc.health.v1, "
-            "reflection) on --port instead of HTTP."),
-    _Option("--device", str, "Execution provider: auto, cpu, cuda, tensorrt, rocm, openvino.",
-            aliases=("--providers",)),
+            "reflection) on --port instead of HTTP.", env_may_be_foreign=True),
+    _Option("--device", _device, "Execution provider: auto, cpu, cuda, tensorrt, rocm, "
+            "openvino (cuda:1, openvino:GPU pick one device).", aliases=("--providers",),
+            env_may_be_foreign=True),
     _Option("--intra-op-threads", _positive_int, "ONNX Runtime intra-op threads of each model. "
             "Default: the usable cores, split evenly between the models."),
     _Option("--max-queue-wait-ms", float, "Longest an entry waits before batches are packed "
@@ -392,7 +405,12 @@ def load_settings(
         elif opt.dest == "tasks" and similarity_root:
             continue
         elif opt.env in env:
-            values[opt.dest] = _from_env(opt, env[opt.env])
+            try:
+                values[opt.dest] = _from_env(opt, env[opt.env])
+            except SettingsError as e:
+                if not opt.env_may_be_foreign:
+                    raise
+                log.warning("%s: not read as %s, which TEI does not have; ignored", e, opt.flag)
         elif opt.dest == "hf_token" and "HF_API_TOKEN" in env:
             values[opt.dest] = env["HF_API_TOKEN"]
     if "cors_allow_origin" in values:

@@ -193,11 +193,36 @@ def test_task_refused_when_unknown_or_not_one_per_model(
 ) -> None:
     with pytest.raises(SettingsError, match="given 1 times for 2"):
         load_settings(["--model-id", "a", "--model-id", "b", "--task", "rerank"], env={})
-    with pytest.raises(SettingsError, match="task must be one of auto, embed, rerank"):
-        load_settings([], env={"TASK": "generate"})
     with pytest.raises(SystemExit):
         load_settings(["--task", "reranker"], env={})
     assert "task must be one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "field", "kept"),
+    [("TASK", "feature-extraction", "tasks", ()), ("TASK", "text-classification", "tasks", ()),
+     ("GRPC", "enabled", "grpc", False), ("DEVICE", "0", "device", "auto")],
+)  # fmt: skip
+def test_a_common_env_name_ours_alone_holding_something_else_is_ignored(
+    name: str, value: str, field: str, kept: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TEI never reads TASK, GRPC or DEVICE, so a hosting platform's value there (Hugging
+    Face's TASK=feature-extraction) starts it; it starts us too, with a warning."""
+    s = load_settings([], env={name: value})
+    assert getattr(s, field) == kept
+    [warned] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert f"env {name}={value!r}" in warned.message and "ignored" in warned.message
+
+
+def test_ours_alone_given_as_a_flag_or_under_our_own_env_name_stays_strict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        load_settings(["--device", "gpu"], env={})
+    assert "unknown device 'gpu'" in capsys.readouterr().err
+    with pytest.raises(SettingsError, match="INTRA_OP_THREADS"):
+        load_settings([], env={"INTRA_OP_THREADS": "many"})
+    assert load_settings([], env={"DEVICE": "cuda:1"}).device == "cuda:1"
 
 
 def test_unknown_pooling_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
