@@ -57,11 +57,16 @@ def resolve(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
+    # A pinned commit skips huggingface_hub's fast first request, and its file listing
+    # retries an unreachable hub five times (~25 s of "Retrying" lines) before the cache is
+    # looked at: an air-gapped site pinning its revisions would wait and read that noise.
+    local_only = _is_commit(revision) and not _hub_answers(model, revision, token)
+
     def download(patterns: list[str]) -> Path:
         code = ["*.py"] if trust_remote_code else []
         return Path(snapshot_download(
             model, revision=revision, token=token, cache_dir=cache_dir,
-            allow_patterns=[*patterns, *code],
+            allow_patterns=[*patterns, *code], local_files_only=local_only,
         ))  # fmt: skip
 
     try:
@@ -84,12 +89,33 @@ def resolve(
     return ResolvedSource(path=path, model_id=model, revision=revision, commit_sha=path.name)
 
 
+def _is_commit(revision: str | None) -> bool:
+    return revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision) is not None
+
+
+def _hub_answers(model: str, revision: str | None, token: str | None) -> bool:
+    """Whether the hub can be reached: one request, no retries. An HTTP error (401, 404) is
+    an answer, left to snapshot_download to report; offline mode is not."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        HfApi(token=token).repo_info(model, revision=revision)
+    except HfHubHTTPError:
+        return True
+    except Exception:  # the transport's own error classes (httpx, httpx2) differ by version
+        return False
+    return True
+
+
 def hub_commit(
     model: str, *, revision: str | None, token: str | None, cache_dir: Path | None
 ) -> str | None:
     """The commit a hub id at REVISION resolves to now: asked of the hub when it can be
     reached, else read from the hub cache; None when neither knows. Fetches config.json only."""
-    if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+    if _is_commit(revision):
         return revision
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError

@@ -162,6 +162,25 @@ def fake_hub(checkpoint: Path) -> Iterator[type[_FakeHub]]:
         yield handler
 
 
+def test_a_pinned_commit_with_the_hub_unreachable_reads_the_cache_at_once(
+    tmp_path: Path, checkpoint: Path
+) -> None:
+    """No HF_HUB_OFFLINE, a hub that refuses connections, --revision a commit: the cached
+    snapshot exports, and an uncached one is the one-line error, without huggingface_hub's
+    five retries of its file listing first."""
+    env = {"HF_ENDPOINT": DEAD_ENDPOINT}
+    (tmp_path / "empty").mkdir()
+    missing = _cli(REPO, str(tmp_path / "none"), "--revision", COMMIT,
+                   "--cache-dir", str(tmp_path / "empty"), env=env)  # fmt: skip
+    assert missing.returncode == 1 and "not in the hub cache" in missing.stderr
+    assert "Retry" not in missing.stderr and missing.stderr.count("\n") == 1, missing.stderr
+    _populate_cache(tmp_path / "cache", checkpoint)
+    cached = _cli(REPO, str(tmp_path / "artifact"), "--revision", COMMIT,
+                  "--cache-dir", str(tmp_path / "cache"), env=env)  # fmt: skip
+    assert cached.returncode == 0 and "Retry" not in cached.stderr, cached.stderr
+    assert read_manifest(tmp_path / "artifact").source.commit_sha == COMMIT
+
+
 def test_download_with_revision_and_token(tmp_path: Path, fake_hub: type[_FakeHub]) -> None:
     out = tmp_path / "artifact"
     env = {"HF_ENDPOINT": fake_hub.endpoint, "HF_TOKEN": "hf_test_token"}  # type: ignore[attr-defined]
