@@ -67,11 +67,18 @@ class PromptedPairs:
                 )
             if isinstance(item, tuple) and len(item) == 2 and all(isinstance(s, str) for s in item):
                 query, document = str(item[0]), str(item[1])
+                said = instruction
                 if truncate:
-                    # A megabyte-long document would take a second to tokenize whole.
+                    # A megabyte-long document would take a second to tokenize whole, and the
+                    # query and instruction go with every document. Both come before the
+                    # document and truncation keeps them from their start (`_join`), so a
+                    # cut on the right to the budget changes no kept token.
                     document = self.tokenizer.cut_long(document, truncation_direction, self.budget)
-                texts.append(format_pair(self.prompt, query, document, instruction))
-                starts.append(document_start(self.prompt, query, instruction))
+                    query = self.tokenizer.cut_long(query, "right", self.budget)
+                    if said is not None:
+                        said = self.tokenizer.cut_long(said, "right", self.budget)
+                texts.append(format_pair(self.prompt, query, document, said))
+                starts.append(document_start(self.prompt, query, said))
         formatted = iter(zip(self.tokenizer.encode_without_specials(texts), starts, strict=True))
         out: list[Encoding] = []
         for item in inputs:

@@ -123,6 +123,35 @@ def test_a_huge_document_is_cut_before_tokenizing_to_the_same_tokens(
     assert cut.ids == whole.ids and len(cut.ids) == tokenizer.max_input_length
 
 
+@pytest.mark.parametrize("direction", ["right", "left"])
+@pytest.mark.parametrize("huge", ["query", "instruction"])
+def test_a_huge_query_or_instruction_is_cut_before_tokenizing_to_the_same_tokens(
+    tokenizer: Tokenizer, direction: Literal["right", "left"], huge: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """They go with every document of a request: a megabyte of either, times 32 documents,
+    was a minute of tokenizing. Truncation keeps them from their start, so a cut there
+    changes no kept token."""
+    pairs = PromptedPairs(PROMPT, tokenizer)
+    words = " ".join(f"w{i % 97} yes, no." for i in range(20_000))  # ~250k chars
+    query, instruction = (words, None) if huge == "query" else ("q", words)
+    seen: list[int] = []
+    tokenize = tokenizer.encode_without_specials
+
+    def counting(texts: Sequence[str]) -> list[Encoding]:
+        seen.extend(len(t) for t in texts)
+        return tokenize(texts)
+
+    monkeypatch.setattr(tokenizer, "encode_without_specials", counting)
+    [cut] = pairs.encode([(query, "a short document")], instruction=instruction, truncate=True,
+                         truncation_direction=direction)  # fmt: skip
+    assert max(seen) < len(words) // 10
+    monkeypatch.setattr(tokenizer, "cut_long", lambda text, direction, tokens=None: text)
+    [whole] = pairs.encode([(query, "a short document")], instruction=instruction,
+                           truncate=True, truncation_direction=direction)  # fmt: skip
+    assert cut.ids == whole.ids and len(cut.ids) == tokenizer.max_input_length
+
+
 def test_single_texts_are_refused_and_token_ids_pass(tokenizer: Tokenizer) -> None:
     pairs = PromptedPairs(PROMPT, tokenizer)
     with pytest.raises(ValidationError, match="pairs"):
