@@ -27,7 +27,7 @@ import msgspec
 from tei_runtime.manifest import Task
 from tei_serve.errors import ModelChoiceError, UnknownModelError
 
-__all__ = ("ANSWERS", "Candidate", "Route", "choose")
+__all__ = ("ANSWERS", "Candidate", "Route", "choose", "shown")
 
 
 class Route(enum.StrEnum):
@@ -95,6 +95,17 @@ class Candidate(msgspec.Struct, frozen=True, kw_only=True):
     task: Task
 
 
+NAME_SHOWN_CHARS = 100
+
+
+def shown(name: str) -> str:
+    """A model name from a request as errors and logs repeat it: a client may send a
+    megabyte of it, and the answer and the log line should not carry it back whole."""
+    if len(name) <= NAME_SHOWN_CHARS:
+        return name
+    return f"{name[:NAME_SHOWN_CHARS]}... ({len(name)} characters)"
+
+
 def _listed(models: Sequence[Candidate]) -> str:
     return ", ".join(f"{m.name} ({m.task.value})" for m in models)
 
@@ -116,7 +127,7 @@ def choose(models: Sequence[Candidate], route: Route, requested: str | None) -> 
                     )
                 return i
         raise UnknownModelError(
-            f"model `{requested}` is not served here; served models: {_listed(models)}"
+            f"model `{shown(requested)}` is not served here; served models: {_listed(models)}"
         )
     fits = [i for i, m in enumerate(models) if m.task in able]
     if len(fits) == 1:

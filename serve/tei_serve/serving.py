@@ -58,6 +58,7 @@ from tei_serve.errors import (
 )
 from tei_serve.metrics import MetricFamilies, Metrics
 from tei_serve.model import Input, ServedModel
+from tei_serve.routing import shown
 from tei_serve.settings import Settings
 from tei_serve.tracing import Tracing, make_tracing
 from tei_serve.worker import Result, Worker
@@ -383,6 +384,7 @@ class Serving:
         self.model_id = model_id
         self.served_model_name: str = served_model_name or settings.served_model_name or model_id
         """The name requests pick this model by, and the `model` of OpenAI answers."""
+        self._warned_model_name = False
         self.created = int(time.time())
         """When it was loaded (Unix seconds; `created` in GET /v1/models)."""
         self.clock = clock
@@ -462,8 +464,14 @@ class Serving:
     async def openai_embed(self, q: OpenAIQuery) -> OpenAIEmbedded:
         meta = Tally(start=self.clock())
         if q.model is not None and q.model != self.served_model_name:
-            log.warning("request model %r is not the served model %r", q.model,
-                        self.served_model_name)  # fmt: skip
+            # TEI warns on every such request; OpenAI clients send their own default name
+            # with each one, so once is enough to say it, and the rest go to debug.
+            log.log(
+                logging.DEBUG if self._warned_model_name else logging.WARNING,
+                "request model %r is not the served model %r (it answers anyway)",
+                shown(q.model), self.served_model_name,
+            )
+            self._warned_model_name = True
         vectors = await self._pooled(
             q.inputs, meta, truncate=self.settings.auto_truncate, direction="right",
             prompt_name=None, normalize=True, dimensions=q.dimensions,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import struct
 from collections.abc import Callable
 
@@ -77,6 +78,21 @@ def test_embed_all(embed_server: Running) -> None:
     out = embed_server.client.post("/embed_all", json={"inputs": ["hello world", "a"]}).json()
     assert [len(x) for x in out] == [4, 3]
     assert len(out[0][0]) == 16
+
+
+def test_openai_model_name_mismatch_is_warned_once(
+    embed_server: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenAI clients send their default `model` with every request: answered (as TEI does),
+    said once at WARNING, never echoed whole."""
+    c = embed_server.client
+    caplog.set_level(logging.DEBUG, logger="tei_serve")
+    for name in ("text-embedding-3-small", "text-embedding-3-small", "m" * 100_000):
+        assert c.post("/v1/embeddings", json={"input": "cat", "model": name}).status_code == 200
+    said = [r for r in caplog.records if "is not the served model" in r.getMessage()]
+    assert [r.levelname for r in said] == ["WARNING", "DEBUG", "DEBUG"]
+    assert "text-embedding-3-small" in said[0].getMessage()
+    assert len(said[2].getMessage()) < 300
 
 
 def test_openai(embed_server: Running) -> None:

@@ -57,6 +57,15 @@ def test_an_unknown_name_is_404_listing_what_is_served() -> None:
     assert "minilm (embed)" in err.message and "reranker (rerank)" in err.message
 
 
+def test_a_huge_unknown_name_is_not_sent_back_whole() -> None:
+    """A 1.5 MB `model` was echoed into a 1.5 MB 404 body and as long a log line."""
+    with pytest.raises(UnknownModelError) as info:
+        choose(SERVED, Route.EMBED, "m" * 1_500_000)
+    message = info.value.message
+    assert len(message) < 300 and "(1500000 characters)" in message
+    assert message.startswith("model `" + "m" * 100 + "...")
+
+
 def test_a_named_model_that_cannot_answer_is_422() -> None:
     named = r"`reranker` \(rerank\) cannot answer /embed \(gRPC Embed\)"
     with pytest.raises(ModelChoiceError, match=named):
