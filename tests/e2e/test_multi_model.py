@@ -186,6 +186,13 @@ def test_metrics_carry_the_model_label(multi: Multi) -> None:
     assert 'te_request_failure{err="validation"} 1' in text
     assert c.post("/embed", json={"inputs": "a", "dimensions": 0}).status_code == 422
     assert 'te_request_failure{model="emb",err="validation"} 1' in c.get("/metrics").text
+    # /vertex: an instance naming no served model fails before any model, not under the
+    # model the instance before it picked
+    vertex = {"instances": [{"inputs": "a", "model": "emb"}, {"inputs": "b", "model": "nope"}]}
+    assert c.post("/vertex", json=vertex).status_code == 404
+    text = c.get("/metrics").text
+    assert 'te_request_failure{model="emb",err="validation"} 1' in text
+    assert 'te_request_failure{err="validation"} 2' in text
 
 
 def test_health_needs_every_model(multi: Multi) -> None:

@@ -381,6 +381,9 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
                 calls.append((run_rerank, raw, None))
                 continue
             named = _named(raw) if models.several else None
+            # An instance whose model cannot be picked fails before any model: not under the
+            # one the instance before it picked.
+            request.state.model = None
             serving = pick(request, Route.ANY, named)
             run: RouteRun
             shape: type[msgspec.Struct]
