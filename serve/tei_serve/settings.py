@@ -386,6 +386,8 @@ def _check_models(values: dict[str, Any]) -> None:
                 f"{flag} is given {len(given)} times for {models} --model-id: give one per "
                 "model, in the same order, or none"
             )
+    if any(not n.strip() for n in names):
+        raise SettingsError("--served-model-name is empty: give each model a name, or none")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise SettingsError(f"--served-model-name {repeated[0]!r} is given twice")

@@ -234,6 +234,8 @@ def test_instruction_metadata_reaches_the_core(
             assert "generative rerankers" in text
         code, text = _code(lambda c=call: c([("instruction-bin", b"\xff\xfe")]))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "not UTF-8" in text
+        # One model: its name is ignored, however it is written.
+        assert call([("model-bin", b"\xff"), ("model", "nope")])
 
 
 def test_tokenize_and_decode(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:

@@ -238,7 +238,9 @@ class TeiServices:
         shutdown, not left by its client."""
 
     def pick(self, route: Route, call: Call) -> Serving:
-        serving = self.models.pick(route, call.model())
+        # With one model the name is ignored, so it is not read either (a name that is not
+        # UTF-8 is no error then).
+        serving = self.models.pick(route, call.model() if self.models.several else None)
         call.picked = serving.served_model_name
         return serving
 

@@ -225,6 +225,13 @@ def test_ours_alone_given_as_a_flag_or_under_our_own_env_name_stays_strict(
     assert load_settings([], env={"DEVICE": "cuda:1"}).device == "cuda:1"
 
 
+def test_an_empty_served_model_name_is_refused() -> None:
+    with pytest.raises(SettingsError, match="--served-model-name is empty"):
+        load_settings(["--model-id", "a", "--model-id", "b", "--served-model-name", "", "b"],
+                      env={})  # fmt: skip
+    assert load_settings([], env={"SERVED_MODEL_NAME": " "}).served_model_names == ()
+
+
 def test_unknown_pooling_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert load_settings(["--pooling", "CLS"], env={}).pooling == "cls"
     with pytest.raises(SettingsError, match="pooling must be one of"):
