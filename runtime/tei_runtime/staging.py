@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,12 +32,23 @@ def flocked(path: Path, operation: int) -> Iterator[None]:
         os.close(fd)  # closing the only descriptor releases the lock
 
 
+# What tempfile.mkdtemp appends to the prefix: 8 of these characters.
+_RANDOM_PART = re.compile(r"[a-z0-9_]{8}")
+
+
 def _prefix(target: Path, tag: str) -> str:
+    if not tag:
+        # Without a tag of its own, `.<name>.*` would take in a user's `.<name>.backup`.
+        raise ValueError("a staging folder needs a tag naming what builds it")
     return f".{target.name}.{tag}"
 
 
+def _is_staging(folder: Path, prefix: str) -> bool:
+    return _RANDOM_PART.fullmatch(folder.name.removeprefix(prefix)) is not None
+
+
 @contextlib.contextmanager
-def staging_folder(target: Path, tag: str = "") -> Iterator[Path]:
+def staging_folder(target: Path, tag: str) -> Iterator[Path]:
     """A new hidden folder `.<target name>.<tag><random>` beside `target`, flocked by this
     process while the block runs; the caller renames it into place or removes it."""
     with flocked(target.parent, fcntl.LOCK_SH):
@@ -48,15 +61,17 @@ def staging_folder(target: Path, tag: str = "") -> Iterator[Path]:
         os.close(fd)
 
 
-def remove_abandoned(target: Path, tag: str = "") -> list[Path]:
-    """Remove the staging folders for `target` (of this `tag`) whose process is gone;
-    returns them. One still in use holds its lock and is left alone."""
+def remove_abandoned(target: Path, tag: str) -> list[Path]:
+    """Remove the staging folders for `target` of this `tag` whose process is gone; returns
+    them. One still in use holds its lock and is left alone; a folder whose name is not
+    exactly what `staging_folder` makes is never touched."""
     removed: list[Path] = []
     if not target.parent.is_dir():
         return removed
+    prefix = _prefix(target, tag)
     with flocked(target.parent, fcntl.LOCK_EX):
-        for tmp in sorted(target.parent.glob(_prefix(target, tag) + "*")):
-            if tmp.is_symlink() or not tmp.is_dir():
+        for tmp in sorted(target.parent.glob(glob.escape(prefix) + "*")):
+            if tmp.is_symlink() or not tmp.is_dir() or not _is_staging(tmp, prefix):
                 continue
             try:
                 with flocked(tmp, fcntl.LOCK_EX | fcntl.LOCK_NB):

@@ -244,16 +244,20 @@ def test_a_live_unpack_is_left_alone_and_a_killed_one_is_removed(
     try:
         [partial] = list(dest.parent.glob(".toy.*"))
         assert any(p.is_file() for p in partial.rglob("*"))  # half-written
-        assert bundle.remove_abandoned(dest) == []  # its process is alive: still its own
+        assert bundle.remove_abandoned(dest, bundle.UNPACK_TAG) == []  # alive: still its own
         assert partial.is_dir()
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
     assert not dest.exists()  # nothing half-unpacked under the real name
-    assert bundle.remove_abandoned(dest) == [partial]
+    assert bundle.remove_abandoned(dest, bundle.UNPACK_TAG) == [partial]
     assert list(dest.parent.iterdir()) == []
+    # The user's own hidden folders beside it are not an unpack's leftovers.
+    (dest.parent / ".toy.backup").mkdir()
+    (dest.parent / ".toy.backup" / "notes.txt").write_text("precious")
     assert bundle.unpack(tar, dest) == dest
     bundle.verify_folder(dest)
+    assert (dest.parent / ".toy.backup" / "notes.txt").read_text() == "precious"
 
 
 @pytest.mark.slow

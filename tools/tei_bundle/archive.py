@@ -313,6 +313,10 @@ def verify_folder(root: Path) -> None:
             )
 
 
+UNPACK_TAG = "unpack-"
+"""An unpack's staging folder beside its target is `.<target name>.unpack-<random>`."""
+
+
 def unpack(bundle: str | Path, dest: str | Path) -> Path:
     """Verified unpack into `dest` (which must not exist yet); returns `dest`."""
     source, target = Path(bundle), Path(dest)
@@ -321,8 +325,8 @@ def unpack(bundle: str | Path, dest: str | Path) -> Path:
     with contextlib.ExitStack() as stack:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            remove_abandoned(target)
-            tmp = stack.enter_context(staging_folder(target))
+            remove_abandoned(target, UNPACK_TAG)
+            tmp = stack.enter_context(staging_folder(target, UNPACK_TAG))
         except OSError as e:
             raise BundleError(
                 f"{source}: cannot unpack into {target} ({e.strerror or e}); the bundle was "
