@@ -371,7 +371,7 @@ def _move_into_place(work: Path, output_dir: Path, overwrite: bool) -> None:
                 f"--overwrite to replace it)"
             )
         _check_replaceable(output_dir)
-        aside = output_dir.with_name(f".{output_dir.name}.{REPLACED_TAG}{secrets.token_hex(6)}")
+        aside = output_dir.with_name(f".{output_dir.name}.{REPLACED_TAG}{secrets.token_hex(4)}")
         output_dir.rename(aside)
         try:
             work.rename(output_dir)

@@ -243,12 +243,14 @@ def test_what_a_killed_export_left_is_swept_by_the_next(tmp_path: Path, tiny_ber
     tokenizer) and an artifact set aside by --overwrite; the next export into the same place
     removes them (no process holds their lock any more)."""
     out = tmp_path / "artifact"
-    for name in (".artifact.scratch-dead", ".artifact.replaced-dead", ".artifact.partial-dead"):
+    for name in (".artifact.scratch-dead_123", ".artifact.replaced-0a1b2c3d",
+                 ".artifact.partial-dead_123", ".artifact.backup"):  # fmt: skip
         (tmp_path / name).mkdir()
         (tmp_path / name / "model.safetensors").write_bytes(b"x" * 1024)
     result = _cli(str(tiny_bert), str(out), "--variants", "fp32")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]
+    # the user's own hidden folder beside it stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".artifact.backup", "artifact"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
