@@ -108,6 +108,16 @@ def cut_point(text: str, budget: int, direction: Direction) -> str:
     return text[start:]
 
 
+def is_text(value: str) -> bool:
+    """Whether `value` is text UTF-8 can encode (Python strings may hold lone surrogates,
+    from JSON's `\\ud83d` escapes, which no tokenizer takes)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class Tokenizer:
     def __init__(self, tokenizer_json: Path, *, max_input_length: int, name: str = "") -> None:
         self.name = name or str(tokenizer_json.parent)
@@ -208,6 +218,12 @@ class Tokenizer:
             try:
                 encoded = tok.encode_batch(texts, add_special_tokens=add_special_tokens)
             except Exception as e:  # tokenizers raises bare Exception
+                for i, item in zip(where, texts, strict=True):
+                    if not all(is_text(t) for t in ((item,) if isinstance(item, str) else item)):
+                        raise ValidationError(
+                            f"input {i} is not valid text: it holds a lone surrogate (such as "
+                            "\\ud83d, half of an escaped emoji), which UTF-8 cannot encode"
+                        ) from e
                 raise TokenizerError(str(e)) from e
             for i, enc in zip(where, encoded, strict=True):
                 if not truncate and len(enc.ids) > self.max_input_length:

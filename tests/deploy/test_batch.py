@@ -16,6 +16,7 @@ import pytest
 
 import tei_runtime
 from tei_corpus import job
+from tei_corpus import job as job_module
 from tei_corpus.job import CorpusJobError, Job, embed_shard, finished, plan, prepare_output
 
 WORDS = ["hello", "world", "the", "cat", "dog", "sat", "on", "mat", "red", "blue", "green"]
@@ -86,7 +87,7 @@ def test_read_shard_every_row_once(tmp_path: Path) -> None:
     texts: list[str] = []
     ids: list[object] = []
     for shard in shards:
-        t, i = job.read_shard(shard, "text", "id")
+        t, i, _ = job.read_shard(shard, "text", "id")
         assert len(t) == shard.rows
         texts += t
         ids += i
@@ -161,7 +162,7 @@ def test_an_output_folder_without_finished_shards_takes_a_new_job(
     out = tmp_path / "out"
     prepare_output(out, _job(toy_artifact, [corpus], 5, prompt_name="nope"))
     prepare_output(out, _job(toy_artifact, [corpus], 5))
-    (out / "part-00000.done").write_text("{}")
+    (out / "_part-00000.done").write_text("{}")
     with pytest.raises(CorpusJobError, match="differs in: shard_rows"):
         prepare_output(out, _job(toy_artifact, [corpus], 6))
 
@@ -203,9 +204,13 @@ def test_shards_vectors_markers_and_resume_set(toy_artifact: Path, tmp_path: Pat
     ids, vectors = _read_output(out)
     assert ids == [f"doc-{i}" for i in range(12)]
     np.testing.assert_allclose(vectors, model.embed(_texts(12)), atol=1e-6)
+    # The folder reads as one dataset: markers and the job record are names readers skip.
+    whole = pq.read_table(out)
+    assert whole.column("id").to_pylist() == ids and whole.num_rows == 12
+    assert job_module.id_mismatch(out, shards) is None  # one kind of id throughout
     # A shard whose marker is missing or torn (a crash after the rename) is redone.
-    (out / "part-00001.done").unlink()
-    (out / "part-00002.done").write_text("{")
+    (out / "_part-00001.done").unlink()
+    (out / "_part-00002.done").write_text("{")
     assert finished(out, shards) == {0}
     assert not list(out.glob(".*tmp*"))
 
@@ -214,7 +219,7 @@ def test_a_different_job_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
     corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
     out = tmp_path / "out"
     prepare_output(out, _job(toy_artifact, [corpus], 5))
-    (out / "part-00000.done").write_text("{}")  # one shard finished: the folder is this job's
+    (out / "_part-00000.done").write_text("{}")  # one shard finished: the folder is this job's
     prepare_output(out, _job(toy_artifact, [corpus], 5))  # the same job resumes
     with pytest.raises(CorpusJobError, match=r"another job's shards \(it differs in: shard_rows\)"):
         prepare_output(out, _job(toy_artifact, [corpus], 6))
@@ -251,15 +256,18 @@ def test_ray_job_then_resume(
     ids, vectors = _read_output(out)
     texts = _texts(70) + _texts(50)
     assert ids == [f"doc-{i}" for i in range(70)] + list(range(1000, 1050))
+    # string ids beside integer ones: every vector is written, and the end says why one
+    # table of them cannot be read
+    assert "the shards' ids differ" in caplog.text
     expected = tei_runtime.load(minilm_artifact, device="cpu").embed(texts)
     np.testing.assert_allclose(vectors, expected, atol=2e-5)
     assert vectors.shape == (120, 384)
 
     # A crash: two shards never finished (one written but unmarked, one absent). The rerun
     # redoes exactly those and leaves the finished ones' files untouched.
-    (out / "part-00002.done").unlink()
+    (out / "_part-00002.done").unlink()
     (out / "part-00005.parquet").unlink()
-    (out / "part-00005.done").unlink()
+    (out / "_part-00005.done").unlink()
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
     counts = job.run(minilm_artifact, [corpus], out, shard_rows=20, actors=2)
     assert counts == {"embedded": 2, "skipped": 5, "total": 7}
@@ -367,3 +375,69 @@ def test_ray_job_from_a_bundle(minilm_artifact: Path, tmp_path: Path, local_ray:
     np.testing.assert_allclose(vectors, expected, atol=2e-5)
     # The same bundle again is the same job: nothing to redo, the unpack is reused.
     assert job.run(tar, [corpus], out, shard_rows=10, actors=1)["skipped"] == 3
+
+
+def test_a_bad_line_and_a_lone_surrogate_name_their_row(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n\n{"text": "ok"}\n{"text": "cut\n{"text": "ok"}\n')
+    _, [shard] = plan([bad], 10)
+    with pytest.raises(CorpusJobError, match=r"bad\.jsonl: row 2 \(blank lines not counted"):
+        job.read_shard(shard, "text", "id")
+    half = tmp_path / "half.jsonl"
+    half.write_text('{"text": "ok"}\n{"text": "emoji \\ud83d"}\n')  # valid JSON, not text
+    _, [shard] = plan([half], 10)
+    with pytest.raises(CorpusJobError, match=r"half\.jsonl: row 1's 'text' is not valid text"):
+        job.read_shard(shard, "text", "id")
+
+
+def test_the_output_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) -> None:
+    """`tei-embed art corpus corpus`: its own shards there must not become inputs of the
+    resumed run (which was then refused as another job)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _write_jsonl(corpus / "a.jsonl", 5)
+    _write_parquet(corpus / "part-00000.parquet", 3, row_group=3)  # as if a shard were there
+    files, _ = plan([corpus], 10, corpus)
+    assert [Path(f.path).name for f in files] == ["a.jsonl"]
+    files, _ = plan([corpus], 10, tmp_path / "elsewhere")
+    assert len(files) == 2
+
+
+def test_shards_whose_ids_differ_are_named(toy_artifact: Path, tmp_path: Path) -> None:
+    """String ids in the first rows and none later (or integers, then none): each shard is
+    consistent, the corpus is not, and one table of it cannot be read (or mixes ids with
+    row numbers). The job ends with a warning saying so."""
+    corpus = tmp_path / "c.jsonl"
+    rows = [{"id": f"d{i}", "text": "x"} for i in range(3)] + [{"text": "y"}] * 3
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    out.mkdir()
+    _, shards = plan([corpus], 3)
+    model = tei_runtime.load(toy_artifact, device="cpu")
+    for shard in shards:
+        embed_shard(model, _job(toy_artifact, [corpus], 3), shard, out)
+    said = job.id_mismatch(out, shards)
+    assert said is not None and "cannot be read as one table" in said
+    assert ("part-00000.parquet: string ids from id; part-00001.parquet: int64 ids from row "
+            "numbers") in said  # fmt: skip
+
+
+def test_more_cpus_per_actor_than_ray_has(caplog: pytest.LogCaptureFixture) -> None:
+    """Ray waits forever for an actor no node can hold: a local Ray's CPUs are all it has."""
+    with pytest.raises(CorpusJobError, match=r"--threads-per-actor 4 .* Ray has \(2\)"):
+        job.check_cpus(4, 2.0, local=True)
+    job.check_cpus(2, 2.0, local=True)
+    job.check_cpus(4, 2.0, local=False)
+    assert "wait until the cluster has a node that large" in caplog.text
+
+
+def test_cli_errors_are_one_line(toy_artifact: Path, tmp_path: Path) -> None:
+    corpus = _write_jsonl(tmp_path / "a.jsonl", 3)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    run = subprocess.run(
+        [sys.executable, "-m", "tei_corpus.job", str(toy_artifact), str(corpus), str(a_file)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("tei-embed: error: ")

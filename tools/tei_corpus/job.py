@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,7 @@ import numpy as np
 from tei_bundle import artifact_folder
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.manifest import read_manifest
+from tei_runtime.tokenization import is_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,13 +100,32 @@ def part_name(index: int) -> str:
 # ---- planning: inputs -> shards ----------------------------------------------------------
 
 
-def input_files(paths: Sequence[Path]) -> list[Path]:
+_SHARD_NAME = re.compile(r"part-\d{5,}\.parquet")
+
+
+def done_marker(out_dir: Path, index: int) -> Path:
+    """`_part-NNNNN.done`: the leading underscore is what pyarrow, pandas and Spark skip when
+    they read the folder as one dataset, so the markers do not break `read_parquet(out)`."""
+    return out_dir / f"_{part_name(index)}.done"
+
+
+def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]:
     """The input files in the order given, each once (a file named twice, or also inside a
-    folder given, would embed its rows twice)."""
+    folder given, would embed its rows twice). A folder's `part-NNNNN.parquet` files in
+    `output` are not inputs: they are this job's own shards, where the output folder is an
+    input folder too."""
     files: list[Path] = []
+    mine = output.resolve() if output is not None else None
+
+    def is_shard(p: Path) -> bool:
+        return p.parent.resolve() == mine and _SHARD_NAME.fullmatch(p.name) is not None
+
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+            found = sorted(
+                p for p in path.iterdir()
+                if p.suffix in SUFFIXES and p.is_file() and not is_shard(p)
+            )  # fmt: skip
             if not found:
                 raise CorpusJobError(f"{path}: no *.jsonl or *.parquet files in it")
             files += found
@@ -136,7 +157,9 @@ def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int]]:
     return rows, offsets
 
 
-def plan(paths: Sequence[Path], shard_rows: int) -> tuple[list[InputFile], list[Shard]]:
+def plan(
+    paths: Sequence[Path], shard_rows: int, output: Path | None = None
+) -> tuple[list[InputFile], list[Shard]]:
     if shard_rows < 1:
         raise CorpusJobError(f"--shard-rows must be at least 1, got {shard_rows}")
     import pyarrow.parquet as pq
@@ -144,7 +167,7 @@ def plan(paths: Sequence[Path], shard_rows: int) -> tuple[list[InputFile], list[
     inputs: list[InputFile] = []
     shards: list[Shard] = []
     corpus_row = 0
-    for path in input_files(paths):
+    for path in input_files(paths, output):
         kind = SUFFIXES[path.suffix]
         if kind == "jsonl":
             rows, offsets = _jsonl_offsets(path, shard_rows)
@@ -175,8 +198,16 @@ def plan(paths: Sequence[Path], shard_rows: int) -> tuple[list[InputFile], list[
 # ---- one shard: read, embed, write ---------------------------------------------------------
 
 
-def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str], list[Any]]:
-    """The shard's texts and ids (the corpus row number where the input has no id field)."""
+ROW_NUMBER_IDS = "row numbers"
+ID_SOURCE_KEY = b"tei_embed.ids"
+"""A shard's schema metadata: where its ids come from (the id field, or ROW_NUMBER_IDS)."""
+
+
+def read_shard(
+    shard: Shard, text_field: str, id_field: str
+) -> tuple[list[str], list[Any], str]:
+    """The shard's texts, ids (the corpus row number where the input has no id field) and
+    where the ids come from (`id_field`, or ROW_NUMBER_IDS)."""
     if shard.kind == "jsonl":
         records: list[dict[str, Any]] = []
         with Path(shard.path).open("rb") as f:
@@ -185,10 +216,17 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
                 if len(records) == shard.rows:
                     break
                 if line.strip():
-                    records.append(json.loads(line))
+                    try:
+                        records.append(json.loads(line))
+                    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+                        raise CorpusJobError(
+                            f"{shard.path}: row {shard.start + len(records)} (blank lines not "
+                            f"counted, from 0) is not JSON: {e}"
+                        ) from e
         rows: list[Any] = records
         texts = [r.get(text_field) for r in records]
         ids = _jsonl_ids(shard, records, id_field)
+        numbered = not any(id_field in r for r in records)
     else:
         import pyarrow.parquet as pq
 
@@ -196,10 +234,11 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
         if text_field not in table.column_names:
             raise CorpusJobError(f"{shard.path}: no column {text_field!r} (--text-field)")
         rows = texts = table.column(text_field).to_pylist()
+        numbered = id_field not in table.column_names
         ids = (
-            table.column(id_field).to_pylist()
-            if id_field in table.column_names
-            else list(range(shard.first_row, shard.first_row + table.num_rows))
+            list(range(shard.first_row, shard.first_row + table.num_rows))
+            if numbered
+            else table.column(id_field).to_pylist()
         )
         if None in ids:
             raise CorpusJobError(
@@ -215,8 +254,37 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
             raise CorpusJobError(
                 f"{shard.path}: row {shard.start + i} has no string field {text_field!r}"
             )
+        if not is_text(text):
+            raise CorpusJobError(
+                f"{shard.path}: row {shard.start + i}'s {text_field!r} is not valid text (a "
+                "lone surrogate such as \\ud83d, half of an escaped emoji)"
+            )
         checked.append(text)
-    return checked, ids
+    return checked, ids, ROW_NUMBER_IDS if numbered else id_field
+
+
+def id_mismatch(out_dir: Path, shards: Sequence[Shard]) -> str | None:
+    """What differs where the shards' ids are not of one type from one source (string ids
+    in the first rows and none later; a JSONL file's string ids beside a Parquet file's
+    integers): the shards are each right, but cannot be read as one table, or would mix ids
+    with row numbers. None where they agree."""
+    import pyarrow.parquet as pq
+
+    first: dict[tuple[str, str], str] = {}
+    for shard in shards:
+        path = out_dir / f"{part_name(shard.index)}.parquet"
+        schema = pq.read_schema(path)
+        source = (schema.metadata or {}).get(ID_SOURCE_KEY, b"?").decode()
+        first.setdefault((str(schema.field("id").type), source), path.name)
+    if len(first) < 2:
+        return None
+    kinds = "; ".join(f"{name}: {kind} ids from {source}"
+                      for (kind, source), name in first.items())  # fmt: skip
+    return (
+        f"{out_dir}: the shards' ids differ ({kinds}), so they cannot be read as one table; "
+        "read them shard by shard, or give every row of every input a string or integer id "
+        "(one type), or none, and embed again into a new folder"
+    )
 
 
 def _jsonl_ids(shard: Shard, records: list[dict[str, Any]], id_field: str) -> list[Any]:
@@ -263,8 +331,9 @@ def _parquet_rows(file: Any, start: int, count: int) -> pa.Table:
 
 
 def write_shard(
-    out_dir: Path, shard: Shard, ids: list[Any], vectors: np.ndarray, seconds: float
-) -> Path:
+    out_dir: Path, shard: Shard, ids: list[Any], vectors: np.ndarray, seconds: float,
+    id_source: str,
+) -> Path:  # fmt: skip
     """Parquet first (temp name, then rename), the done marker last: a marker always means a
     complete shard."""
     import pyarrow as pa
@@ -278,12 +347,13 @@ def write_shard(
             "embedding": pa.FixedSizeListArray.from_arrays(flat, dim),
         }
     )
+    table = table.replace_schema_metadata({ID_SOURCE_KEY: id_source.encode()})
     name = part_name(shard.index)
     final = out_dir / f"{name}.parquet"
     tmp = out_dir / f".{name}.parquet.tmp-{os.getpid()}"
     pq.write_table(table, tmp)
     tmp.replace(final)
-    marker = out_dir / f"{name}.done"
+    marker = done_marker(out_dir, shard.index)
     marker_tmp = out_dir / f".{name}.done.tmp-{os.getpid()}"
     marker_tmp.write_bytes(msgspec.json.encode(Done(rows=len(ids), seconds=seconds)))
     marker_tmp.replace(marker)
@@ -292,9 +362,9 @@ def write_shard(
 
 def embed_shard(model: Model, job: Job, shard: Shard, out_dir: Path) -> int:
     started = time.monotonic()
-    texts, ids = read_shard(shard, job.text_field, job.id_field)
+    texts, ids, id_source = read_shard(shard, job.text_field, job.id_field)
     vectors = model.embed(texts, normalize=job.normalize, prompt_name=job.prompt_name)
-    write_shard(out_dir, shard, ids, vectors, time.monotonic() - started)
+    write_shard(out_dir, shard, ids, vectors, time.monotonic() - started, id_source)
     return len(ids)
 
 
@@ -302,7 +372,7 @@ def finished(out_dir: Path, shards: Sequence[Shard]) -> set[int]:
     done: set[int] = set()
     for shard in shards:
         name = part_name(shard.index)
-        marker = out_dir / f"{name}.done"
+        marker = done_marker(out_dir, shard.index)
         if marker.is_file() and (out_dir / f"{name}.parquet").is_file():
             try:
                 rows = msgspec.json.decode(marker.read_bytes(), type=Done).rows
@@ -322,7 +392,7 @@ def prepare_output(out_dir: Path, job: Job) -> None:
             previous = msgspec.json.decode(path.read_bytes(), type=Job)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise CorpusJobError(f"{path}: damaged ({e}); remove {out_dir} to start over") from e
-        if previous != job and not any(out_dir.glob("part-*.done")):
+        if previous != job and not any(out_dir.glob("_part-*.done")):
             # The earlier job finished no shard (it failed at once): nothing of it to mix.
             log.info("%s: the earlier job there finished no shard; recording this one", out_dir)
         elif previous != job:
@@ -421,7 +491,7 @@ def run(
     if prompt_name is not None and prompt_name not in manifest.prompts.prompts:
         known = ", ".join(sorted(manifest.prompts.prompts)) or "none"
         raise CorpusJobError(f"unknown --prompt-name {prompt_name!r}; the artifact has: {known}")
-    files, shards = plan(inputs, shard_rows)
+    files, shards = plan(inputs, shard_rows, out_dir)
     job = Job(
         inputs=files,
         artifact_variants={v.name: v.sha256 for v in manifest.variants},
@@ -447,8 +517,11 @@ def run(
     )
     if not todo:
         return {"embedded": 0, "skipped": len(done), "total": len(shards)}
+    local = not ray.is_initialized() and not os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         _start_ray(None)
+    cpus = float(ray.cluster_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
+    check_cpus(threads_per_actor, cpus, local=local)
     items = [{"shard": msgspec.json.encode(s).decode()} for s in todo]
     dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         ShardEmbedder,
@@ -484,7 +557,25 @@ def run(
             total_rows,
             rate,
         )
+    if mismatch := id_mismatch(out_dir, shards):
+        # Every vector is written and right: said loudly, not a failed job.
+        log.warning("%s", mismatch)
     return {"embedded": embedded, "skipped": len(done), "total": len(shards)}
+
+
+def check_cpus(threads_per_actor: int, cpus: float, *, local: bool) -> None:
+    """An actor asking for more CPUs than Ray has waits for them forever (Ray only logs that
+    no node can fulfil it): on a local Ray, whose CPUs are all it will ever have, that is an
+    error now; a cluster may still add nodes, so there it is a warning."""
+    if threads_per_actor <= cpus:
+        return
+    message = (
+        f"--threads-per-actor {threads_per_actor} asks each actor for more CPUs than Ray has "
+        f"({cpus:g})"
+    )
+    if local:
+        raise CorpusJobError(f"{message}: give at most {int(cpus)}")
+    log.warning("%s: the actors wait until the cluster has a node that large", message)
 
 
 def _start_ray(address: str | None) -> None:
@@ -609,6 +700,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CorpusJobError, TeiRuntimeError) as e:
         print(f"tei-embed: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # an output path that is a file, a folder it may not write ...
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"tei-embed: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            "tei-embed: interrupted; finished shards are kept, and the same command resumes",
+            file=sys.stderr,
+        )
+        return 130
     except ray.exceptions.RayError as e:
         # An actor could not start or died: the cause's words, not Ray's traceback.
         print(f"tei-embed: error: {ray_error_text(e)}", file=sys.stderr)

@@ -244,3 +244,14 @@ def test_a_bare_string_is_not_a_batch(embed_artifact: Built) -> None:
         m.encode("cat")
     with pytest.raises(ValidationError, match="list"):
         m.tokenize("cat")
+
+
+def test_a_lone_surrogate_is_refused_naming_its_input(embed_artifact: Built) -> None:
+    """JSON's `"\\ud83d"` (half an escaped emoji) makes a Python string UTF-8 cannot encode:
+    tokenizers' own error named neither the input nor the reason."""
+    m = load(embed_artifact.root)
+    with pytest.raises(ValidationError, match=r"input 2 is not valid text: .*lone surrogate"):
+        m.encode(["cat", "dog", "cat \ud83d", "dog"])
+    with pytest.raises(ValidationError, match="input 0 is not valid text"):
+        m.encode([("cat", "dog \udfff")])
+    assert len(m.encode(["cat \U0001f600"])) == 1  # the whole emoji is text
