@@ -32,6 +32,15 @@ log = logging.getLogger("tei_runtime")
 SLOW_CPU_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 
 
+def _check_count(name: str, value: object) -> None:
+    """A count argument: an int of at least 1 (a str or float from a config file is a clear
+    error here, not a TypeError from deep inside)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProviderError(f"{name} must be an integer of at least 1, got {value!r}")
+    if value < 1:
+        raise ProviderError(f"{name} must be at least 1, got {value}")
+
+
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "tei-onnx"
@@ -138,10 +147,9 @@ def plan(
     cache_dir: Path | None = None,
 ) -> ProviderChoice:
     """The provider choice for this artifact on this host, without loading anything."""
-    if intra_op_threads is not None and intra_op_threads < 1:
-        raise ProviderError(f"intra_op_threads must be at least 1, got {intra_op_threads}")
-    if max_batch_tokens < 1:
-        raise ProviderError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
+    if intra_op_threads is not None:
+        _check_count("intra_op_threads", intra_op_threads)
+    _check_count("max_batch_tokens", max_batch_tokens)
     manifest = artifact.manifest
     return choose(
         host,
@@ -187,8 +195,8 @@ def load(
     outputs token embeddings (ManifestError where it pools inside the graph, or for SPLADE).
     """
     forced = graph_form(graph)  # an unknown name fails before anything is read
-    if max_input_length is not None and max_input_length < 1:
-        raise ProviderError(f"max_input_length must be at least 1, got {max_input_length}")
+    if max_input_length is not None:
+        _check_count("max_input_length", max_input_length)
     artifact = open_artifact(artifact_dir)
     resolved = host if host is not None else probe()
     choice = plan(

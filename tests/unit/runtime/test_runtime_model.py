@@ -181,6 +181,12 @@ def test_bad_load_arguments_are_runtime_errors(embed_artifact: Built) -> None:
         load(embed_artifact.root, device=None)  # type: ignore[arg-type]
     with pytest.raises(ManifestError, match="artifact folder's path is needed"):
         load(None)  # type: ignore[arg-type]
+    # counts from a config file come as strings or floats: named, not a TypeError
+    for name, value in (("intra_op_threads", "2"), ("intra_op_threads", 1.5),
+                        ("max_batch_tokens", None), ("max_batch_tokens", "8"),
+                        ("max_input_length", True)):  # fmt: skip
+        with pytest.raises(ProviderError, match=f"{name} must be an integer of at least 1"):
+            load(embed_artifact.root, **{name: value})
 
 
 def test_prompts_change_the_embedding_like_prefixing_the_text(embed_artifact: Built) -> None:
