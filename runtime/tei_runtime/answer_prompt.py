@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from tei_runtime.data import Encoding
 from tei_runtime.errors import InputTooLongError, ManifestError, ValidationError
 from tei_runtime.manifest import AnswerPrompt
-from tei_runtime.tokenization import Direction, Input, Tokenizer
+from tei_runtime.tokenization import Direction, Input, Tokenizer, is_pair
 
 
 def format_pair(prompt: AnswerPrompt, query: str, document: str, instruction: str | None) -> str:
@@ -65,7 +65,7 @@ class PromptedPairs:
                 raise ValidationError(
                     "a generative reranker scores (query, document) pairs, not single texts"
                 )
-            if isinstance(item, tuple) and len(item) == 2 and all(isinstance(s, str) for s in item):
+            if is_pair(item):
                 query, document = str(item[0]), str(item[1])
                 said = instruction
                 if truncate:
@@ -82,7 +82,7 @@ class PromptedPairs:
         formatted = iter(zip(self.tokenizer.encode_without_specials(texts), starts, strict=True))
         out: list[Encoding] = []
         for item in inputs:
-            if isinstance(item, tuple) and len(item) == 2 and all(isinstance(s, str) for s in item):
+            if is_pair(item):
                 pair, start = next(formatted)
                 out.append(self._join(pair, start, truncate, truncation_direction))
             else:

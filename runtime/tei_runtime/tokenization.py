@@ -41,14 +41,17 @@ def chars_of(item: Input) -> int:
     """An input's size as TEI counts it: a string's characters, a pair's both, ids one each."""
     if isinstance(item, str):
         return len(item)
-    if _is_pair(item):
+    if is_pair(item):
         return len(item[0]) + len(item[1])  # type: ignore[arg-type]
     return len(item)
 
 
-def _is_pair(item: object) -> bool:
+def is_pair(item: object) -> bool:
+    """A (query, passage) pair: two strings, as a tuple or (as sentence-transformers'
+    CrossEncoder takes them too) a list; token ids are ints, so a list of two strings is
+    never mistaken for them."""
     return (
-        isinstance(item, tuple)
+        isinstance(item, tuple | list)
         and len(item) == 2
         and isinstance(item[0], str)
         and isinstance(item[1], str)
@@ -201,7 +204,7 @@ class Tokenizer:
                 text = prefix + item if prefix else item
                 texts.append(self.cut_long(text, truncation_direction) if truncate else text)
                 where.append(i)
-            elif isinstance(item, tuple) and _is_pair(item):
+            elif is_pair(item):
                 query, passage = str(item[0]), str(item[1])
                 query = prefix + query if prefix else query
                 if truncate:
@@ -311,11 +314,11 @@ class Tokenizer:
         _require_batch(inputs)
         texts: list[TextInput] = []
         for item in inputs:
-            if isinstance(item, (str, tuple)):
+            if isinstance(item, str) or is_pair(item):
                 self._check_chars(item)
             if isinstance(item, str):
                 texts.append(prefix + item if prefix else item)
-            elif isinstance(item, tuple) and _is_pair(item):
+            elif is_pair(item):
                 query, passage = str(item[0]), str(item[1])
                 texts.append((prefix + query if prefix else query, passage))
             else:

@@ -255,3 +255,10 @@ def test_a_lone_surrogate_is_refused_naming_its_input(embed_artifact: Built) -> 
     with pytest.raises(ValidationError, match="input 0 is not valid text"):
         m.encode([("cat", "dog \udfff")])
     assert len(m.encode(["cat \U0001f600"])) == 1  # the whole emoji is text
+
+
+def test_a_pair_may_be_a_list_of_two_strings(embed_artifact: Built) -> None:
+    """sentence-transformers' CrossEncoder takes `[[query, passage]]`: so does the runtime."""
+    m = load(embed_artifact.root)
+    assert m.encode([["cat dog", "dog"]]) == m.encode([("cat dog", "dog")])
+    assert m.encode([[5, 6]])[0].ids == (5, 6)  # two ints are still token ids
