@@ -10,7 +10,7 @@ re-raises (the front-end's error handler counts the failure under that model).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tei_serve.errors import ClientGoneError, ErrorType, ShuttingDownError, TeiError
@@ -65,7 +65,7 @@ async def observed(
     carrier: Mapping[str, str],
     method: Method,
     family: Family,
-    n: int,
+    n: int | Callable[[R], int],
 ) -> R:
     """Await `work` (one operation over `n` inputs) with its metrics, span and log line.
 
@@ -87,6 +87,8 @@ async def observed(
                            model=model)  # fmt: skip
         raise
     meta = result.metadata
+    if callable(n):  # known only from the answer (a stream's inputs, once it has ended)
+        n = n(result)
     serving.metrics.record(method, family, n, meta)
     if tracing is not None:
         tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9, model=model)

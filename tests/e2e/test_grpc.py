@@ -176,7 +176,11 @@ def test_rerank_and_rerank_stream(grpc_serve: Callable[..., RunningGrpc], client
     # raw_scores and return_text come from the first message only, as in TEI
     messages = [pb.RerankStreamRequest(query="what is paris", text=t, return_text=(i == 0),
                                        raw_scores=(i == 1)) for i, t in enumerate(texts)]
+    metrics = r.serving.metrics
+    before = metrics.counter_value("te_predict_success")
     streamed = rerank.RerankStream(iter(messages))
+    # the stream's pairs are counted once it ends (its histograms once per pair, as TEI)
+    assert metrics.counter_value("te_predict_success") == before + len(texts)
     by_index = {k.index: k for k in streamed.ranks}
     assert {i: k.score for i, k in by_index.items()} == pytest.approx(
         {k.index: k.score for k in ranked.ranks}, abs=1e-6)

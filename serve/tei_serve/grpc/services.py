@@ -278,7 +278,7 @@ class TeiServices:
 
     def observed(
         self, call: Call, serving: Serving, work: Awaitable[observe.R], *, handler: str,
-        family: Family, n: int = 1, method: Method = "single",
+        family: Family, n: int | Callable[[observe.R], int] = 1, method: Method = "single",
     ) -> Awaitable[observe.R]:
         return observe.observed(
             serving, work, handler=handler, route=call.route, carrier=call.headers(),
@@ -448,12 +448,12 @@ class TeiServices:
             return _Ranked(ranks=ranks, metadata=meta)
 
         try:
-            # the number of pairs is known only at the stream's end: their successes counted then
+            # the number of pairs is known only at the stream's end: counted from the answer
             r = await self.observed(call, serving, rank_all(), handler="rerank",
-                                    family="predict", n=0, method="batch")  # fmt: skip
+                                    family="predict", n=lambda r: len(r.ranks),
+                                    method="batch")  # fmt: skip
         except TeiError as e:
             await self.fail(call, e)
-        serving.metrics.inc("te_predict_success", by=len(r.ranks))
         response = pb.RerankResponse(ranks=r.ranks, metadata=metadata_message(r.metadata))
         await self.send_timing(context, response)
         return response
