@@ -214,6 +214,9 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
     ids: Sequence[str | None] = settings.model_ids or (None,)
     several = len(ids) > 1
     threads = split_threads(settings, len(ids))
+    if several and not settings.served_model_names:
+        # Default names come from the ids: a clash is known before minutes of loading.
+        _refuse_twice([served_name(str(wanted)) for wanted in ids])
     loaded: list[tuple[Model, LoadedModel]] = []
     for i, wanted in enumerate(ids):
         try:
@@ -230,14 +233,17 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
         else:
             name = served_name(model_id) if several else model_id
         loaded.append((model, LoadedModel(model=model, model_id=model_id, served_model_name=name)))
-    names = [m.served_model_name for _, m in loaded]
+    _refuse_twice([m.served_model_name for _, m in loaded])
+    check_default_prompt_name(settings, [m for _, m in loaded])
+    return loaded
+
+
+def _refuse_twice(names: Sequence[str]) -> None:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ModelLoadError(
             f"two models would be served as {twice[0]!r}: name them with --served-model-name"
         )
-    check_default_prompt_name(settings, [m for _, m in loaded])
-    return loaded
 
 
 def check_default_prompt_name(settings: Settings, loaded: Sequence[LoadedModel]) -> None:
