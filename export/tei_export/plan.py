@@ -130,6 +130,20 @@ def _int(config: dict[str, object], key: str, what: str) -> int:
     return value
 
 
+def _padding_side(asked: str | None, card: ModelCard, notes: list[str]) -> str:
+    """Where the batch pads. An encoder pads on the right whatever its tokenizer says:
+    sentence-transformers' vectors do not depend on the side (positions and masks follow
+    the tokens), but the fused Attention's mask and the validation's reference are written
+    for right padding. A decoder takes its tokenizer's side (last-token pooling reads it)."""
+    if card.decoder or asked in (None, "right"):
+        return asked or card.padding_side
+    notes.append(
+        f"the tokenizer pads on the {asked}; this encoder's batches pad on the right (the "
+        "vectors are the same either way)"
+    )
+    return "right"
+
+
 def make_plan(
     checkpoint: Checkpoint,
     *,
@@ -265,7 +279,7 @@ def make_plan(
         num_hidden_layers=layers,
         inputs=list(card.inputs),
         outputs=outputs,
-        padding_side=checkpoint.padding_side or card.padding_side,
+        padding_side=_padding_side(checkpoint.padding_side, card, notes),
         truncation_side=checkpoint.truncation_side or "right",
         labels=_labels(checkpoint, task, generative_rerank),
         precisions=list(precisions or ALL_PRECISIONS),
