@@ -62,6 +62,9 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     tokenizer_files: list[str]
     padding_side: str | None
     truncation_side: str | None
+    st_lowercases: bool = False
+    """sentence_bert_config.json's do_lower_case: sentence-transformers lowercases each text
+    before its tokenizer sees it."""
     labels: dict[int, str]
     trust_remote_code_needed: bool
     """config.json has an auto_map and its architecture is no class of transformers."""
@@ -230,6 +233,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         tokenizer_files=[name for name in TOKENIZER_FILES if (path / name).is_file()],
         padding_side=tok_config.get("padding_side"),
         truncation_side=tok_config.get("truncation_side"),
+        st_lowercases=sbert.get("do_lower_case") is True,
         labels={int(k): str(v) for k, v in id2label.items()},
         trust_remote_code_needed="auto_map" in config and not native,
         own_code_skipped="auto_map" in config and native,

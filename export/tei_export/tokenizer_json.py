@@ -11,6 +11,7 @@ conversion that tokenizes differently fails the export instead of shipping.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -70,6 +71,26 @@ def check_fits_vocabulary(path: Path, vocab_size: object) -> list[str]:
         f"added tokens past config.json's vocab_size {vocab_size} ({', '.join(added[:5])}"
         f"{', ...' if len(added) > 5 else ''}): a text that spells one out fails"
     ]
+
+
+def lowercases(path: Path) -> bool:
+    """Whether the checkpoint's tokenizer.json lowercases text itself (a BertNormalizer with
+    `lowercase`, or a Lowercase step), so that sentence-transformers' do_lower_case adds
+    nothing to it."""
+    try:
+        data = json.loads((path / TOKENIZER_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+
+    def found(step: object) -> bool:
+        if not isinstance(step, dict):
+            return False
+        kind = step.get("type")
+        if kind == "Lowercase" or (kind == "BertNormalizer" and step.get("lowercase")):
+            return True
+        return kind == "Sequence" and any(found(s) for s in step.get("normalizers") or [])
+
+    return isinstance(data, dict) and found(data.get("normalizer"))
 
 
 def needs_conversion(path: Path) -> bool:

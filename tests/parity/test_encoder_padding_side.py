@@ -42,3 +42,23 @@ def test_a_left_padding_tokenizer_on_an_encoder(tmp_path: Path, model_type: str)
     got = model.embed(TEXTS)
     cosine = (got * expected).sum(axis=1)
     assert cosine.min() > 0.99999, cosine
+
+
+def test_do_lower_case_over_a_cased_tokenizer_is_a_note(tmp_path: Path) -> None:
+    """sentence-transformers lowercases first where sentence_bert_config.json says so; the
+    artifact (as TEI) does not, and the export says so where tokenizer.json keeps case."""
+    checkpoint = build_checkpoint(tmp_path / "ck", "bert", st_pooling="mean")
+    tokenizer = checkpoint / "tokenizer.json"
+    data = json.loads(tokenizer.read_text())
+    data["normalizer"] = None  # cased
+    tokenizer.write_text(json.dumps(data))
+    (checkpoint / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": 64, "do_lower_case": True})
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "tei_export", str(checkpoint), str(tmp_path / "out"),
+         "--variants", "fp32"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "sets do_lower_case but tokenizer.json keeps case" in run.stdout + run.stderr

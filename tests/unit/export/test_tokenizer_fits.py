@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,22 @@ def test_added_tokens_past_the_table_are_a_note_unless_every_text_gets_one(
     qwen.save(str(tmp_path / TOKENIZER_JSON))
     with pytest.raises(ExportError, match=rf"gives ids up to {eos} \('<\|endoftext\|>'\)"):
         check_fits_vocabulary(tmp_path, base)
+
+
+def test_lowercases_reads_the_normalizer(tmp_path: Path) -> None:
+    """sentence-transformers' do_lower_case adds nothing where tokenizer.json lowercases."""
+    from tei_export.tokenizer_json import lowercases
+
+    cases = {
+        "bert-uncased": ({"type": "BertNormalizer", "lowercase": True}, True),
+        "bert-cased": ({"type": "BertNormalizer", "lowercase": False}, False),
+        "sequence": ({"type": "Sequence", "normalizers": [{"type": "NFD"},
+                                                          {"type": "Lowercase"}]}, True),
+        "none": (None, False),
+    }  # fmt: skip
+    for name, (normalizer, expected) in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "tokenizer.json").write_text(json.dumps({"normalizer": normalizer}))
+        assert lowercases(folder) is expected, name
+    assert lowercases(tmp_path / "missing") is False
