@@ -103,12 +103,17 @@ def test_missing_id_field_uses_the_corpus_row(tmp_path: Path) -> None:
     assert ids == list(range(10))
 
 
-def test_bad_rows_and_inputs(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": 1, "text": "ok"}\n{"id": 2, "body": "no text"}\n')
-    _, [shard] = plan([bad], 10)
-    with pytest.raises(CorpusJobError, match=r"row 1 has no string field 'text'"):
+def _refused_row(path: Path, content: str, match: str) -> None:
+    """A one-shard JSONL file whose reading fails with `match`."""
+    path.write_text(content)
+    _, [shard] = plan([path], 10)
+    with pytest.raises(CorpusJobError, match=match):
         job.read_shard(shard, "text", "id")
+
+
+def test_bad_rows_and_inputs(tmp_path: Path) -> None:
+    _refused_row(tmp_path / "bad.jsonl", '{"id": 1, "text": "ok"}\n{"id": 2, "body": "no text"}\n',
+                 r"row 1 has no string field 'text'")  # fmt: skip
     (tmp_path / "x.csv").write_text("id,text\n")
     with pytest.raises(CorpusJobError, match=r"not \.jsonl or \.parquet"):
         plan([tmp_path / "x.csv"], 10)
@@ -136,21 +141,12 @@ def test_unreadable_parquet_and_ids_that_cannot_make_a_column(tmp_path: Path) ->
     broken.write_bytes(b"not parquet at all")
     with pytest.raises(CorpusJobError, match=r"broken\.parquet: not a readable Parquet file"):
         plan([broken], 10)
-    mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text('{"id": "a", "text": "x"}\n{"text": "y"}\n')
-    _, [shard] = plan([mixed], 10)
-    with pytest.raises(CorpusJobError, match=r"row 1 has no 'id' \(--id-field\)"):
-        job.read_shard(shard, "text", "id")
-    null = tmp_path / "null.jsonl"
-    null.write_text('{"id": 1, "text": "x"}\n{"id": null, "text": "y"}\n')
-    _, [shard] = plan([null], 10)
-    with pytest.raises(CorpusJobError, match="row 1 has a NoneType 'id'"):
-        job.read_shard(shard, "text", "id")
-    two_types = tmp_path / "types.jsonl"
-    two_types.write_text('{"id": 1, "text": "x"}\n{"id": "2", "text": "y"}\n')
-    _, [shard] = plan([two_types], 10)
-    with pytest.raises(CorpusJobError, match="row 1's 'id' is a str, the rows before it a int"):
-        job.read_shard(shard, "text", "id")
+    _refused_row(tmp_path / "mixed.jsonl", '{"id": "a", "text": "x"}\n{"text": "y"}\n',
+                 r"row 1 has no 'id' \(--id-field\)")  # fmt: skip
+    _refused_row(tmp_path / "null.jsonl", '{"id": 1, "text": "x"}\n{"id": null, "text": "y"}\n',
+                 "row 1 has a NoneType 'id'")  # fmt: skip
+    _refused_row(tmp_path / "types.jsonl", '{"id": 1, "text": "x"}\n{"id": "2", "text": "y"}\n',
+                 "row 1's 'id' is a str, the rows before it a int")  # fmt: skip
 
 
 def test_an_output_folder_without_finished_shards_takes_a_new_job(
@@ -378,16 +374,12 @@ def test_ray_job_from_a_bundle(minilm_artifact: Path, tmp_path: Path, local_ray:
 
 
 def test_a_bad_line_and_a_lone_surrogate_name_their_row(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"text": "ok"}\n\n{"text": "ok"}\n{"text": "cut\n{"text": "ok"}\n')
-    _, [shard] = plan([bad], 10)
-    with pytest.raises(CorpusJobError, match=r"bad\.jsonl: row 2 \(blank lines not counted"):
-        job.read_shard(shard, "text", "id")
-    half = tmp_path / "half.jsonl"
-    half.write_text('{"text": "ok"}\n{"text": "emoji \\ud83d"}\n')  # valid JSON, not text
-    _, [shard] = plan([half], 10)
-    with pytest.raises(CorpusJobError, match=r"half\.jsonl: row 1's 'text' is not valid text"):
-        job.read_shard(shard, "text", "id")
+    _refused_row(tmp_path / "bad.jsonl",
+                 '{"text": "ok"}\n\n{"text": "ok"}\n{"text": "cut\n{"text": "ok"}\n',
+                 r"bad\.jsonl: row 2 \(blank lines not counted")  # fmt: skip
+    # valid JSON, not text
+    _refused_row(tmp_path / "half.jsonl", '{"text": "ok"}\n{"text": "emoji \\ud83d"}\n',
+                 r"half\.jsonl: row 1's 'text' is not valid text")  # fmt: skip
 
 
 def test_the_output_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) -> None:

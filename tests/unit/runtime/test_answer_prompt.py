@@ -101,40 +101,19 @@ def test_left_truncation_cuts_the_document_start_not_the_question(
 
 
 @pytest.mark.parametrize("direction", ["right", "left"])
-def test_a_huge_document_is_cut_before_tokenizing_to_the_same_tokens(
-    tokenizer: Tokenizer, direction: Literal["right", "left"], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pairs = PromptedPairs(PROMPT, tokenizer)
-    words = " ".join(f"w{i % 97} yes, no." for i in range(20_000))  # ~250k chars
-    seen: list[int] = []
-    tokenize = tokenizer.encode_without_specials
-
-    def counting(texts: Sequence[str]) -> list[Encoding]:
-        seen.extend(len(t) for t in texts)
-        return tokenize(texts)
-
-    monkeypatch.setattr(tokenizer, "encode_without_specials", counting)
-    [cut] = pairs.encode([("q", words)], instruction=None, truncate=True,
-                         truncation_direction=direction)  # fmt: skip
-    assert max(seen) < len(words) // 10  # the whole document was never tokenized
-    monkeypatch.setattr(tokenizer, "cut_long", lambda text, direction, tokens=None: text)
-    [whole] = pairs.encode([("q", words)], instruction=None, truncate=True,
-                           truncation_direction=direction)  # fmt: skip
-    assert cut.ids == whole.ids and len(cut.ids) == tokenizer.max_input_length
-
-
-@pytest.mark.parametrize("direction", ["right", "left"])
-@pytest.mark.parametrize("huge", ["query", "instruction"])
-def test_a_huge_query_or_instruction_is_cut_before_tokenizing_to_the_same_tokens(
+@pytest.mark.parametrize("huge", ["document", "query", "instruction"])
+def test_a_huge_part_is_cut_before_tokenizing_to_the_same_tokens(
     tokenizer: Tokenizer, direction: Literal["right", "left"], huge: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    """They go with every document of a request: a megabyte of either, times 32 documents,
-    was a minute of tokenizing. Truncation keeps them from their start, so a cut there
-    changes no kept token."""
+    """A megabyte-long document took a second to tokenize whole; the query and instruction
+    go with every document of a request (a megabyte of either, times 32 documents, was a
+    minute). Each is cut first, and the kept tokens are the same as without the cut."""
     pairs = PromptedPairs(PROMPT, tokenizer)
     words = " ".join(f"w{i % 97} yes, no." for i in range(20_000))  # ~250k chars
-    query, instruction = (words, None) if huge == "query" else ("q", words)
+    parts = {"document": "a short document", "query": "q", "instruction": None}
+    parts[huge] = words
+    pair = (str(parts["query"]), str(parts["document"]))
     seen: list[int] = []
     tokenize = tokenizer.encode_without_specials
 
@@ -143,12 +122,12 @@ def test_a_huge_query_or_instruction_is_cut_before_tokenizing_to_the_same_tokens
         return tokenize(texts)
 
     monkeypatch.setattr(tokenizer, "encode_without_specials", counting)
-    [cut] = pairs.encode([(query, "a short document")], instruction=instruction, truncate=True,
+    [cut] = pairs.encode([pair], instruction=parts["instruction"], truncate=True,
                          truncation_direction=direction)  # fmt: skip
-    assert max(seen) < len(words) // 10
+    assert max(seen) < len(words) // 10  # the whole part was never tokenized
     monkeypatch.setattr(tokenizer, "cut_long", lambda text, direction, tokens=None: text)
-    [whole] = pairs.encode([(query, "a short document")], instruction=instruction,
-                           truncate=True, truncation_direction=direction)  # fmt: skip
+    [whole] = pairs.encode([pair], instruction=parts["instruction"], truncate=True,
+                           truncation_direction=direction)  # fmt: skip
     assert cut.ids == whole.ids and len(cut.ids) == tokenizer.max_input_length
 
 
