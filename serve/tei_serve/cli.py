@@ -215,8 +215,15 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
     several = len(ids) > 1
     threads = split_threads(settings, len(ids))
     if several and not settings.served_model_names:
-        # Default names come from the ids: a clash is known before minutes of loading.
-        _refuse_twice([served_name(str(wanted)) for wanted in ids])
+        # Default names come from the ids as given (a model is reported under the id it was
+        # given), so a clash is known before minutes of loading; given names are checked
+        # with the settings.
+        names = [served_name(str(wanted)) for wanted in ids]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ModelLoadError(
+                f"two models would be served as {twice[0]!r}: name them with "
+                "--served-model-name"
+            )
     loaded: list[tuple[Model, LoadedModel]] = []
     for i, wanted in enumerate(ids):
         try:
@@ -233,17 +240,8 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
         else:
             name = served_name(model_id) if several else model_id
         loaded.append((model, LoadedModel(model=model, model_id=model_id, served_model_name=name)))
-    _refuse_twice([m.served_model_name for _, m in loaded])
     check_default_prompt_name(settings, [m for _, m in loaded])
     return loaded
-
-
-def _refuse_twice(names: Sequence[str]) -> None:
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ModelLoadError(
-            f"two models would be served as {twice[0]!r}: name them with --served-model-name"
-        )
 
 
 def check_default_prompt_name(settings: Settings, loaded: Sequence[LoadedModel]) -> None:
