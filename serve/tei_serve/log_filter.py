@@ -11,7 +11,7 @@ crates but no bare level, everything else is off.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 OFF = logging.CRITICAL + 10
 
@@ -40,14 +40,15 @@ OUR_LOGGERS = ("tei_serve", "tei_runtime", "tei_embed")
 @dataclass(frozen=True)
 class LogFilter:
     root: int
-    loggers: dict[str, int] = field(default_factory=dict)
+    ours: int | None = None
+    """The level of OUR_LOGGERS where a directive names one of TEI's crates; None: root's."""
     problem: str | None = None
     """Why the value was not understood (it then reads as `info`, as in TEI)."""
 
     def apply(self) -> None:
         logging.getLogger().setLevel(self.root)
         for name in OUR_LOGGERS:
-            logging.getLogger(name).setLevel(self.loggers.get(name, logging.NOTSET))
+            logging.getLogger(name).setLevel(logging.NOTSET if self.ours is None else self.ours)
 
 
 def _level(text: str) -> int | None:
@@ -89,6 +90,4 @@ def parse_log_filter(value: str) -> LogFilter:
                 "(text_embeddings_router, ...); logging at info",
             )
         return LogFilter(root=root)
-    return LogFilter(
-        root=OFF if root is None else root, loggers={name: ours for name in OUR_LOGGERS}
-    )
+    return LogFilter(root=OFF if root is None else root, ours=ours)

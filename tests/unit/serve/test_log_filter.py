@@ -26,16 +26,16 @@ def test_bare_levels(value: str, root: int) -> None:
 def test_directives_for_tei_crates_set_our_loggers() -> None:
     got = parse_log_filter("warn,text_embeddings_router=debug,tower_http=trace")
     assert got.root == logging.WARNING and got.problem is None
-    assert got.loggers == {name: logging.DEBUG for name in OUR_LOGGERS}
+    assert got.ours == logging.DEBUG
     # EnvFilter: only the named targets log when no bare level is given.
     only = parse_log_filter("text_embeddings_backend[embed]=info")
-    assert only.root == OFF and only.loggers == {name: logging.INFO for name in OUR_LOGGERS}
+    assert only.root == OFF and only.ours == logging.INFO
 
 
 @pytest.mark.parametrize("value", ["verbose", "info,=debug", "text_embeddings_router=loud"])
 def test_unreadable_values_fall_back_to_info_and_say_so(value: str) -> None:
     got = parse_log_filter(value)
-    assert got.root == logging.INFO and got.loggers == {}
+    assert got.root == logging.INFO and got.ours is None
     assert got.problem is not None and repr(value) in got.problem
 
 
