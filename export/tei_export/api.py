@@ -301,17 +301,17 @@ def _export(
             opset=opset,
             dense_path=dense_path,
         )
-        vocabulary_notes = tokenizer_json.check_fits_vocabulary(
+        tokenizer_notes = tokenizer_json.check_fits_vocabulary(
             source.path, checkpoint.config.get("vocab_size")
         )
     if checkpoint.st_lowercases and not tokenizer_json.lowercases(source.path):
-        vocabulary_notes.append(
+        tokenizer_notes.append(
             "sentence_bert_config.json sets do_lower_case but tokenizer.json keeps case: "
             "sentence-transformers lowercases each text first and this artifact does not (as "
             "TEI does not), so mixed-case text embeds differently from sentence-transformers; "
             "lowercase text before sending it"
         )
-    for note in [*plan.notes, *vocabulary_notes]:
+    for note in [*plan.notes, *tokenizer_notes]:
         progress.note(note)
     if checkpoint.own_code_skipped and not trust_remote_code:
         progress.note(
