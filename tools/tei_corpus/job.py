@@ -6,7 +6,7 @@ The input (files, or folders of `*.jsonl` / `*.parquet`) is cut into shards of `
 rows, planned from file metadata and line offsets only, so the driver never holds the corpus.
 The shards go through `Dataset.map_batches` to a pool of actors that each load the artifact
 once; an actor reads its shard's rows, embeds them and writes `part-NNNNN.parquet` (columns
-`id`, `embedding`), then `part-NNNNN.done`. A rerun after a crash skips every shard with a done
+`id`, `embedding`), then `_part-NNNNN.done`. A rerun after a crash skips every shard with a done
 marker; a shard written but not marked is redone. `_tei_embed.json` records what the job was
 (inputs, artifact and the graph embedding with, fields, shard size) and, once a shard is done,
 a rerun with different ones is refused rather than mixing two jobs' shards. Needs the `ray`
