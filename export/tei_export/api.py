@@ -22,6 +22,7 @@ from tei_export import (
     tokenizer_json,
     validate,
 )
+from tei_export.cards import CardError
 from tei_export.checkpoint import Checkpoint, read_checkpoint
 from tei_export.errors import ExportError
 from tei_export.plan import ExportPlan, make_plan
@@ -191,6 +192,8 @@ def export_model(
                 progress.note(f"removed {stale.name}, left by an export that was killed")
         with staging_folder(output_dir, SCRATCH_TAG) as scratch:
             # Rewritten copies of the checkpoint go in SCRATCH, removed however this ends.
+            staged: Path | None = None
+            checkpoint: Path | None = None
             try:
                 with progress.stage("resolve", announce=False):
                     source = resolve(
@@ -210,6 +213,7 @@ def export_model(
                             f"{output_dir} holds the checkpoint {source.path}; write the artifact "
                             f"elsewhere"
                         )
+                    checkpoint = source.path
                     staged = hub_layouts.stage_native(source.path, scratch, adapter=adapter)
                 if staged is not None:
                     progress.note(
@@ -235,11 +239,28 @@ def export_model(
                     precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
                     external_data=external_data, dense_path=dense_path, overwrite=overwrite,
                 )  # fmt: skip
+            except (ExportError, CardError) as e:
+                renamed = _naming_the_checkpoint(e, staged, checkpoint)
+                if renamed is e:
+                    raise
+                raise renamed from e
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
     except BaseException:
         _remove_created(created)
         raise
+
+
+def _naming_the_checkpoint(
+    error: ExportError | CardError, staged: Path | None, checkpoint: Path | None
+) -> ExportError | CardError:
+    """`error` with the rewritten copy's path replaced by the user's checkpoint: the copy sits
+    in the scratch folder, which is gone by the time the user reads the message, and holds
+    the checkpoint's files under the same names."""
+    message = str(error)
+    if staged is None or checkpoint is None or str(staged) not in message:
+        return error
+    return type(error)(message.replace(str(staged), str(checkpoint)))
 
 
 def _note_adapters(progress: Progress, checkpoint: Path, adapter: str | None) -> None:

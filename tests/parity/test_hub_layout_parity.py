@@ -148,6 +148,20 @@ def test_unmappable_published_setting_is_named(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
 
 
+
+def test_an_error_in_the_mapped_copy_names_the_users_checkpoint(tmp_path: Path) -> None:
+    """The export reads a rewritten copy in a scratch folder that is gone once it fails: the
+    message must name the file the user can open and fix."""
+    from tei_export.api import export_model
+
+    checkpoint, _ = build_hub_layout(tmp_path / "ck", "nomic_bert")
+    (checkpoint / "tokenizer.json").write_text("{")
+    with pytest.raises(ExportError) as failed:
+        export_model(str(checkpoint), tmp_path / "art", quiet=True)
+    assert str(failed.value).startswith(f"{checkpoint / 'tokenizer.json'}: the tokenizers library")
+    assert "scratch" not in str(failed.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
 # -- jina-embeddings-v3: its published layout, with one task LoRA adapter merged ----------------
 
 
