@@ -44,3 +44,17 @@ def test_a_taken_prometheus_port_is_a_warning_in_http_mode(
         assert any(f":{taken}" in m and "/metrics" in m for m in caplog.messages)
     finally:
         holder.close()
+
+
+def test_the_api_port_as_prometheus_port_starts_with_metrics_on_it(
+    serve: Callable[..., Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--port 9000` leaves --prometheus-port at its default, 9000: the API must still get its
+    port (the metrics listener, started first, used to take it)."""
+    port = free_port()
+    with caplog.at_level(logging.INFO, logger="tei_serve"):
+        r = serve(Task.EMBED, port=port, prometheus_port=port)
+    assert r.url.endswith(f":{port}")
+    assert r.client.post("/embed", json={"inputs": "hello"}).status_code == 200
+    assert 'te_request_success{method="single"} 1' in r.client.get("/metrics").text
+    assert any(f"/metrics of port {port}" in m for m in caplog.messages)

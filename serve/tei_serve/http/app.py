@@ -33,12 +33,18 @@ def build_app(front: Serving | Models) -> DrainUnread:
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         metrics_port = MetricsPort(models.families.render, s.hostname, s.prometheus_port)
-        try:
-            await metrics_port.start()
-        except MetricsPortError as e:
-            # /metrics on the HTTP port still serves them, and TEI's HTTP server binds no
-            # such port: two servers on one host (each its own --port) must both start.
-            log.warning("%s; the metrics stay on /metrics of port %d", e, s.port)
+        if s.prometheus_port == s.port and s.port != 0:
+            # `--port 9000` with the default --prometheus-port: the API port answers /metrics
+            # itself, and binding it here first would keep the API from starting at all.
+            log.info("Prometheus metrics on /metrics of port %d (--prometheus-port is the "
+                     "same port)", s.port)  # fmt: skip
+        else:
+            try:
+                await metrics_port.start()
+            except MetricsPortError as e:
+                # /metrics on the HTTP port still serves them, and TEI's HTTP server binds no
+                # such port: two servers on one host (each its own --port) must both start.
+                log.warning("%s; the metrics stay on /metrics of port %d", e, s.port)
         models.start()
         try:
             yield
