@@ -10,6 +10,8 @@ per-input averages, as TEI's headers do.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -19,10 +21,27 @@ if TYPE_CHECKING:
 
     from tei_serve.serving import Metadata
 
+log = logging.getLogger("tei_serve")
+
 _NO_TIMINGS = (0, 0, 0)
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3f}ms"
+FLUSH_SECONDS = 2.0
+"""How long a stop waits for the spans still buffered: a collector that does not answer must
+not keep the process past an orchestrator's grace (Kubernetes kills it at 30 s; the requests
+in flight had 25 of them)."""
+
+_UNITS = ((1_000_000_000, 9, "s"), (1_000_000, 6, "ms"), (1_000, 3, "µs"))
+
+
+def rust_duration(ns: int) -> str:
+    """A duration as TEI's spans write it (Rust's `{:?}` of a Duration): `1.5s`, `12.03ms`,
+    `850µs`, `40ns`, every digit the nanoseconds give and no trailing zeros."""
+    for scale, digits, unit in _UNITS:
+        if ns >= scale:
+            whole, part = divmod(ns, scale)
+            fraction = f"{part:0{digits}d}".rstrip("0")
+            return f"{whole}.{fraction}{unit}" if fraction else f"{whole}{unit}"
+    return f"{max(ns, 0)}ns"
 
 
 class Tracing:
@@ -33,8 +52,10 @@ class Tracing:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+        self.endpoint = endpoint
         self.provider: TracerProvider = TracerProvider(
-            resource=Resource.create({"service.name": service_name})
+            resource=Resource.create({"service.name": service_name}),
+            shutdown_on_exit=False,  # `shutdown` flushes, within its bound: no unbounded retry
         )
         exporter = OTLPSpanExporter(endpoint=endpoint, insecure=not endpoint.startswith("https:"))
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
@@ -67,12 +88,12 @@ class Tracing:
         )  # fmt: skip
         span.set_attributes({
             "http.route": route,
-            "total_time": _ms(elapsed),
-            "tokenization_time": _ms(stages[0] / 1e9),
-            "queue_time": _ms(stages[1] / 1e9),
-            "inference_time": _ms(stages[2] / 1e9),
-            "inputs.characters": meta.compute_chars if meta is not None else 0,
-            "inputs.tokens": meta.compute_tokens if meta is not None else 0,
+            "total_time": rust_duration(int(elapsed * 1e9)),
+            "tokenization_time": rust_duration(stages[0]),
+            "queue_time": rust_duration(stages[1]),
+            "inference_time": rust_duration(stages[2]),
+            "compute_chars": meta.compute_chars if meta is not None else 0,
+            "compute_tokens": meta.compute_tokens if meta is not None else 0,
         })  # fmt: skip
         if model is not None:
             span.set_attribute("model", model)
@@ -90,8 +111,17 @@ class Tracing:
         span.end(end_time=end)
 
     def shutdown(self) -> None:
-        """Export what is buffered; the server is stopping."""
-        self.provider.shutdown()
+        """Export what is buffered, for FLUSH_SECONDS at most; the server is stopping. The
+        exporter retries an unreachable collector for longer than that, so the flush runs on
+        a thread of its own that the process does not wait for."""
+        flush = threading.Thread(target=self.provider.shutdown, name="otlp-flush", daemon=True)
+        flush.start()
+        flush.join(FLUSH_SECONDS)
+        if flush.is_alive():
+            log.warning(
+                "the OTLP collector at %s did not take the last spans within %.0f s of the "
+                "stop; they are dropped", self.endpoint, FLUSH_SECONDS,
+            )  # fmt: skip
 
 
 def make_tracing(endpoint: str | None, service_name: str) -> Tracing | None:
