@@ -26,7 +26,20 @@ prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-DURATION_BUCKETS = tuple(1e-5 * 1.5**k for k in range(1, 36))
+
+
+def _geometric(first: float, ratio: float, n: int) -> tuple[float, ...]:
+    """`n` bounds, each the one before times `ratio`, multiplied step by step as TEI's
+    exporter builds them: `1e-5 * 1.5**k` differs from it in the last bits of 34 of 35
+    bounds, and `le` values that differ by a bit are separate series to Prometheus."""
+    bounds, value = [], first
+    for _ in range(n):
+        value *= ratio
+        bounds.append(value)
+    return tuple(bounds)
+
+
+DURATION_BUCKETS = _geometric(1e-5, 1.5, 35)
 BATCH_SIZE_BUCKETS = tuple(float(2**k) for k in range(13))
 BATCH_TOKENS_BUCKETS = tuple(float(2**k) for k in range(21))
 

@@ -25,3 +25,14 @@ def test_odd_model_names_are_escaped_and_big_counts_are_not_rounded() -> None:
         assert samples[("te_request_failure_total", name)] == 1
     text = families.render().decode()
     assert "te_embed_count{model=\"café\"} 1234567\n" in text
+
+
+def test_duration_buckets_are_teis_to_the_last_bit() -> None:
+    """TEI multiplies 1e-5 by 1.5 step by step (router/src/prometheus.rs); `le` bounds off by
+    one bit would be other series in a fleet mixing TEI and tei-onnx."""
+    from tei_serve.metrics import DURATION_BUCKETS
+
+    assert len(DURATION_BUCKETS) == 35
+    assert DURATION_BUCKETS[0] == 1.5000000000000002e-05
+    assert DURATION_BUCKETS[1] == 2.2500000000000005e-05
+    assert DURATION_BUCKETS[-1] == 14.561096060497142  # 1e-5 * 1.5**35 gives ...135
