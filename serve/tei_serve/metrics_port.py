@@ -21,6 +21,10 @@ log = logging.getLogger("tei_serve")
 _MAX_HEAD = 16 * 1024
 """A scrape request is one short line and a few headers; anything longer is not one."""
 
+HEAD_TIMEOUT_SECONDS = 10.0
+"""A connection that has not sent its request head by then is closed: one that sends nothing
+would otherwise hold its socket (and the open-file budget) for as long as it likes."""
+
 
 class MetricsPortError(OSError):
     """The Prometheus port could not be bound."""
@@ -63,8 +67,9 @@ class MetricsPort:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_SECONDS)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError,
+                TimeoutError):  # fmt: skip
             writer.close()
             return
         method = head.split(b" ", 1)[0]

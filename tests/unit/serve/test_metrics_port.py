@@ -43,3 +43,22 @@ def test_a_taken_port_is_an_error_naming_the_way_out() -> None:
             await first.close()
 
     asyncio.run(main())
+
+
+def test_a_connection_that_sends_nothing_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tei_serve import metrics_port
+
+    monkeypatch.setattr(metrics_port, "HEAD_TIMEOUT_SECONDS", 0.2)
+
+    async def main() -> None:
+        port = MetricsPort(lambda: b"", "127.0.0.1", 0)
+        await port.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port.port)
+            # The server closes it: the read ends with EOF well before the test's own limit.
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+        finally:
+            await port.close()
+
+    asyncio.run(main())
