@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from types import FrameType
 
+import msgspec
 import uvicorn
 
 from tei_runtime.backend import output_for_task
@@ -55,27 +56,47 @@ from tei_serve.worker import forward_in_pieces
 log = logging.getLogger("tei_serve")
 
 
+_TEI_LEVELS = {"WARNING": "WARN", "CRITICAL": "ERROR"}
+"""Python's level names that tracing's differ from (TRACE, DEBUG, INFO, WARN, ERROR)."""
+
+
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line, in the shape of TEI's tracing JSON layer (flattened event,
+    file and line, the request's span where there is one)."""
+
+    def __init__(self, *, spans: bool = True) -> None:
+        super().__init__()
+        self.spans = spans
+
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             # RFC 3339 in UTC with microseconds, as TEI's tracing JSON layer writes it
             "timestamp": datetime.fromtimestamp(record.created, UTC).strftime(
                 "%Y-%m-%dT%H:%M:%S.%fZ"
             ),
-            "level": record.levelname,
-            "target": record.name,
+            "level": _TEI_LEVELS.get(record.levelname, record.levelname),
             "message": record.getMessage(),
+            "target": record.name,
+            "filename": f"{PurePosixPath(record.pathname).parent.name}/{record.filename}",
+            "line_number": record.lineno,
         }
+        span = getattr(record, "span", None)
+        if self.spans and span is not None:
+            fields = msgspec.to_builtins(span)
+            entry["span"] = fields
+            entry["spans"] = [fields]
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)
 
 
 def configure_logging(settings: Settings) -> None:
-    handler = logging.StreamHandler(sys.stderr)
     if settings.json_output:
-        handler.setFormatter(JsonFormatter())
+        # TEI writes its logs to stdout; JSON lines are read by collectors, so there too.
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(JsonFormatter(spans=not settings.disable_spans))
     else:
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

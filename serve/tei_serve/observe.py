@@ -13,8 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import msgspec
+
 from tei_serve.errors import ClientGoneError, ErrorType, ShuttingDownError, TeiError
 from tei_serve.metrics import Family, Method
+from tei_serve.tracing import rust_duration
 
 if TYPE_CHECKING:
     from tei_serve.serving import Metadata, Serving
@@ -22,6 +25,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("tei_serve.access")
 
 _SERVER_SIDE = (ErrorType.BACKEND, ErrorType.UNHEALTHY)
+
+
+class RequestSpan(msgspec.Struct, frozen=True, kw_only=True):
+    """An answered request's fields on its log line (`extra={"span": ...}`): what TEI's JSON
+    logs carry in `span` (its handler span's name and recorded fields), so a pipeline that
+    reads `span.total_time` or `span.compute_tokens` there reads them here too."""
+
+    name: str
+    model: str
+    compute_chars: int
+    compute_tokens: int
+    total_time: str
+    tokenization_time: str
+    queue_time: str
+    inference_time: str
 
 
 def log_failure(
@@ -93,9 +111,16 @@ async def observed(
     if tracing is not None:
         tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9, model=model)
     if log.isEnabledFor(logging.INFO):
+        span = RequestSpan(
+            name=handler, model=model, compute_chars=meta.compute_chars,
+            compute_tokens=meta.compute_tokens, total_time=rust_duration(meta.total_time_ns),
+            tokenization_time=rust_duration(meta.tokenization_time_ns),
+            queue_time=rust_duration(meta.queue_time_ns),
+            inference_time=rust_duration(meta.inference_time_ns),
+        )  # fmt: skip
         log.info(
             "%s model=%s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
             route, model, n, meta.compute_tokens, meta.total_time_ns / 1e6,
-            meta.queue_time_ns / 1e6, meta.inference_time_ns / 1e6,
+            meta.queue_time_ns / 1e6, meta.inference_time_ns / 1e6, extra={"span": span},
         )  # fmt: skip
     return result

@@ -202,7 +202,7 @@ def test_a_model_that_cannot_load_fails_the_start_naming_it(
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 1
-    errors = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    errors = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     errors = [e for e in errors if e["level"] == "ERROR"]
     assert len(errors) == 1
     assert errors[0]["message"].startswith(f"model {broken} could not load: ")

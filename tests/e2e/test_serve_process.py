@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -112,6 +113,11 @@ def test_default_model_export_curl_reuse_and_sigterm(
     assert len(ready) == 1
     assert "model=sentence-transformers/all-MiniLM-L6-v2" in ready[0]
     assert "provider=CPUExecutionProvider" in ready[0] and "variant=fp32" in ready[0]
+    # The request's line carries TEI's span fields, durations in Rust's format.
+    [access] = [e for e in logs if e["target"] == "tei_serve.access"]
+    assert access["level"] == "INFO" and access["span"]["name"] == "embed"
+    assert access["span"]["compute_tokens"] > 0
+    assert re.fullmatch(r"\d+(\.\d+)?(s|ms|µs|ns)", access["span"]["total_time"])
 
     # Second start: the exported artifact is reused; SIGTERM with requests in flight.
     second = Process(cache, "--dtype", "int8")
