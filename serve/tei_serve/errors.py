@@ -186,11 +186,12 @@ class MalformedMessageError(BodyError):
 
 
 class MessageTooLargeError(MalformedMessageError):
-    """A gRPC message over the message limit: OUT_OF_RANGE, in tonic's words, as TEI answers it."""
+    """A gRPC message over the message limit: OUT_OF_RANGE, in the words of tonic 0.11 (the
+    version TEI's Cargo.lock pins; later tonic says "decoded message length")."""
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(
-            f"Error, decoded message length too large: found {size} bytes, "
+            f"Error, message length too large: found {size} bytes, "
             f"the limit is: {limit} bytes"
         )
 

@@ -240,6 +240,8 @@ def test_instruction_metadata_reaches_the_core(
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "not UTF-8" in text
         # One model: its name is ignored, however it is written.
         assert call([("model-bin", b"\xff"), ("model", "nope")])
+    info = stubs.InfoStub(r.channel).Info(pb.InfoRequest(), metadata=[("model-bin", b"\xff")])
+    assert info.model_type == pb.MODEL_TYPE_RERANKER
 
 
 def test_tokenize_and_decode(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
@@ -405,6 +407,16 @@ def test_auth(grpc_serve: Callable[..., RunningGrpc], client: Any) -> None:
     assert code == grpc.StatusCode.UNAUTHENTICATED
     code, _ = _code(lambda: stubs.RerankStub(r.channel).RerankStream(iter([])))
     assert code == grpc.StatusCode.UNAUTHENTICATED
+    # TEI reads the first `authorization` value only, and refuses a method its guarded
+    # service lacks before it is found missing; an unknown service is UNIMPLEMENTED.
+    twice = [("authorization", "Bearer wrong"), ("authorization", "Bearer secret")]
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="a"), metadata=twice))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    for method, expected in (("/tei.v1.Embed/Nope", grpc.StatusCode.UNAUTHENTICATED),
+                             ("/tei.v1.Nope/Embed", grpc.StatusCode.UNIMPLEMENTED)):  # fmt: skip
+        call = r.channel.unary_unary(method)
+        code, _ = _code(lambda c=call: c(b""))
+        assert code == expected, method
     ok = [("authorization", "Bearer secret")]
     assert embed.Embed(pb.EmbedRequest(inputs="a"), metadata=ok).embeddings
     assert len(list(embed.EmbedStream(iter([pb.EmbedRequest(inputs="a")]), metadata=ok))) == 1
@@ -469,7 +481,7 @@ def test_message_limit_is_teis_4_mib_or_the_payload_limit(
     assert embed.Embed(pb.EmbedRequest(inputs="a " * 1_000_000, truncate=True)).embeddings
     big = pb.EmbedRequest(inputs="a " * 2_200_000)
     size = big.ByteSize()
-    tonic = (grpc.StatusCode.OUT_OF_RANGE, "Error, decoded message length too large: found "
+    tonic = (grpc.StatusCode.OUT_OF_RANGE, "Error, message length too large: found "
              f"{size} bytes, the limit is: 4194304 bytes")  # fmt: skip
     assert _code(lambda: embed.Embed(big)) == tonic
     larger = grpc_serve(Task.EMBED, payload_limit=6 * 1024 * 1024)

@@ -14,8 +14,12 @@ import grpc
 from grpc import aio
 
 from tei_serve.auth import ApiKey
+from tei_serve.grpc import tei_pb2
 
-GUARDED_PREFIX = "/tei.v1."
+GUARDED_SERVICES = frozenset(
+    f"/{service.full_name}/" for service in tei_pb2.DESCRIPTOR.services_by_name.values()
+)
+"""TEI's interceptor wraps each `tei.v1` service whole: a method it lacks is refused too."""
 MESSAGE = "No valid auth token"
 
 
@@ -57,10 +61,16 @@ class BearerAuth(aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
-        if handler is None or not handler_call_details.method.startswith(GUARDED_PREFIX):
+        method = handler_call_details.method
+        if method[: method.rfind("/") + 1] not in GUARDED_SERVICES:
             return handler
-        for key, value in handler_call_details.invocation_metadata or ():
-            given = value if isinstance(value, bytes) else value.encode()
-            if key == "authorization" and self._key.accepts(given):
-                return handler
+        # Only the first `authorization` value counts, as TEI reads it (`metadata.get`).
+        given = next((value for key, value in handler_call_details.invocation_metadata or ()
+                      if key == "authorization"), None)  # fmt: skip
+        if given is not None and self._key.accepts(
+            given if isinstance(given, bytes) else given.encode()
+        ):
+            return handler
+        if handler is None:  # no such method: refused before UNIMPLEMENTED, whatever its shape
+            return grpc.stream_stream_rpc_method_handler(_refuse_stream)
         return _refusing(handler)

@@ -314,7 +314,8 @@ class TeiServices:
     # -- Info -------------------------------------------------------------------------------
 
     async def info(self, _request: pb.InfoRequest, call: Call) -> pb.InfoResponse:
-        serving = self.models.described(call.model())
+        # With one model the name is not read (as `pick`): odd metadata is no error then.
+        serving = self.models.described(call.model() if self.models.several else None)
         i = serving.info
         return pb.InfoResponse(
             version=i.version, sha=i.sha, docker_label=i.docker_label, model_id=i.model_id,
