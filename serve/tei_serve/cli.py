@@ -342,9 +342,9 @@ def serve(served: Serving | Models) -> bool:
     """
     models = Models.of(served)
     uv = GracefulServer(
-        uvicorn_config(served), shed=models.shed_at_the_deadline,
-        margin=lambda: models.shed_margin(SHED_MARGIN_SECONDS), grace=SHUTDOWN_GRACE_SECONDS,
-    )  # fmt: skip
+        uvicorn_config(served),
+        on_exit=lambda: models.watch_the_deadline(SHUTDOWN_GRACE_SECONDS, SHED_MARGIN_SECONDS),
+    )
     s = models.settings
     try:
         listener = dual_stack_listener(s.hostname, s.port, backlog=uv.config.backlog)
@@ -366,24 +366,18 @@ class GracefulServer(uvicorn.Server):
     still running: their clients get a bare 500 and the log a traceback each. Just before
     that, `shed` refuses the work still queued, so those clients read TEI's 503 instead."""
 
-    def __init__(
-        self, config: uvicorn.Config, *, shed: Callable[[], None], margin: Callable[[], float],
-        grace: float,
-    ) -> None:  # fmt: skip
+    def __init__(self, config: uvicorn.Config, *, on_exit: Callable[[], object]) -> None:
         super().__init__(config)
-        self._shed = shed
-        self._margin = margin
-        self._grace = grace
+        self._on_exit = on_exit
         self._deadline_set = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         if not self._deadline_set:
             self._deadline_set = True
-            # A signal lands on the main thread, where the serving loop runs.
-            loop = asyncio.get_event_loop()
-            delay = max(0.0, self._grace - self._margin())
-            loop.call_soon_threadsafe(loop.call_later, delay, self._shed)
+            # A signal lands on the main thread, where the serving loop runs; the watch
+            # starts inside the loop. It ends with the process.
+            asyncio.get_event_loop().call_soon_threadsafe(self._on_exit)
 
 
 def serve_grpc(served: Serving | Models) -> bool:

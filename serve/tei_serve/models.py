@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -24,6 +24,9 @@ from tei_serve.serving import ClassifierModel, EmbeddingModel, ModelInfo, Servin
 from tei_serve.settings import Settings
 
 log = logging.getLogger("tei_serve")
+
+SHED_CHECK_SECONDS = 0.25
+"""How often a stopping server looks again at how much of its grace is left."""
 
 __all__ = ("ListedModel", "LoadedModel", "Models", "ServerInfo", "build_models")
 
@@ -113,8 +116,27 @@ class Models:
 
     def shed_margin(self, margin: float) -> float:
         """How long before the end of a shutdown's grace to refuse what is queued: `margin`,
-        plus the longest batch any model has run (the one running then must still finish)."""
-        return margin + max(s.worker.longest_batch_s for s in self.servings)
+        plus the longest batch any model has run or is running (the one running then must
+        still finish)."""
+        return margin + max(s.worker.batch_bound_s for s in self.servings)
+
+    def watch_the_deadline(self, grace: float, margin: float) -> Callable[[], None]:
+        """From now until the returned function is called: once less than `shed_margin` of
+        `grace` is left, refuse what is queued, and again at every tick after (a request
+        still arriving on an open connection). The margin is read again at every tick: a
+        batch that runs long after the signal moves the moment earlier."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        handle: asyncio.TimerHandle | None = None
+
+        def check() -> None:
+            nonlocal handle
+            if loop.time() >= end - self.shed_margin(margin):
+                self.shed_at_the_deadline()
+            handle = loop.call_later(SHED_CHECK_SECONDS, check)
+
+        check()
+        return lambda: handle.cancel() if handle is not None else None
 
     def shed_at_the_deadline(self) -> None:
         """The shutdown's grace is nearly over (HTTP and gRPC alike): what is still queued is

@@ -76,6 +76,15 @@ class Worker:
         self.longest_batch_s = 0.0
         """The longest forward so far: how long the batch running at a shutdown's deadline
         may still take."""
+        self._running_since: float | None = None
+
+    @property
+    def batch_bound_s(self) -> float:
+        """How long a batch may take, as far as is known now: the longest one that ended, or
+        the one running, which has taken this long already (the first batch of a server
+        stopped early has no ended one to go by)."""
+        running = 0.0 if self._running_since is None else self.clock() - self._running_since
+        return max(self.longest_batch_s, running)
 
     @property
     def healthy(self) -> bool:
@@ -187,13 +196,14 @@ class Worker:
                 self.metrics.failure("dropped", by=skipped)
             if not entries:
                 continue
-            started = self.clock()
+            started = self._running_since = self.clock()
             try:
                 values = await loop.run_in_executor(
                     self.executor, self._forward, cast(Output, batch.kind),
                     [e.payload.encoding for e in entries],
                 )
             except Exception as e:
+                self._running_since = None
                 # A failed batch fails its own requests only; the server lives on.
                 log.exception("backend failed on a batch of %d", len(entries))
                 self.healthy = False
@@ -204,6 +214,7 @@ class Worker:
                         entry.payload.future.set_exception(err)
                 continue
             self.healthy = True
+            self._running_since = None
             inference = self.clock() - started
             self.longest_batch_s = max(self.longest_batch_s, inference)
             for entry, value in zip(entries, values, strict=True):

@@ -180,6 +180,40 @@ def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
     assert "queued inputs refused with 503" in out
 
 
+
+def test_a_long_first_batch_running_at_sigterm_moves_the_refusal_earlier(
+    tokenizer_json: Path,
+) -> None:
+    """SIGTERM while the first batch (2.5 s here) still runs: no batch has ended to say how
+    long one takes, so the refusal must go by the running one, not by the fixed margin alone
+    (1.5 s of a 4 s grace: the batch started then would be cut at the end, a bare 500)."""
+    proc, url = _serve_fake(tokenizer_json, "2.5", "4")
+    try:
+        answers: list[httpx.Response] = []
+        lock = threading.Lock()
+
+        def call(i: int) -> None:
+            resp = httpx.post(f"{url}/embed", json={"inputs": f"hello {i}"}, timeout=60)
+            with lock:
+                answers.append(resp)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        _wait(lambda: 'te_request_count{method="single"} 4'
+              in httpx.get(f"{url}/metrics", timeout=5).text)  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=60)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [200, 503, 503, 503], (statuses, out[-3000:])
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+
 def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
     proc, url = _serve_fake(tokenizer_json, "0.3")
     try:

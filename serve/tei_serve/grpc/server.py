@@ -166,15 +166,12 @@ class GrpcServer:
         await self.health.enter_graceful_shutdown()
         self.services.stopping = True
         if self._grpc is not None:
-            deadline = None
+            stop_watching = None
             if grace is not None:
-                deadline = asyncio.get_running_loop().call_later(
-                    max(0.0, grace - self.models.shed_margin(SHED_MARGIN_SECONDS)),
-                    self.models.shed_at_the_deadline,
-                )
+                stop_watching = self.models.watch_the_deadline(grace, SHED_MARGIN_SECONDS)
             await self._grpc.stop(grace)
-            if deadline is not None:
-                deadline.cancel()
+            if stop_watching is not None:
+                stop_watching()
         await self.models.stop()
         await self.metrics_port.close()
 
