@@ -469,6 +469,14 @@ def test_reflection_lists_the_services(
     [file] = stub.ServerReflectionInfo(iter([
         reflection_pb2.ServerReflectionRequest(file_containing_symbol="tei.v1.Embed")]))
     assert file.file_descriptor_response.file_descriptor_proto
+    # A method's full name too (`grpcurl describe tei.v1.Embed.Embed`), as tonic answers it;
+    # a method the service lacks stays NOT_FOUND.
+    method, missing = stub.ServerReflectionInfo(iter([
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="tei.v1.Embed.Embed"),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="tei.v1.Embed.Nope"),
+    ]))  # fmt: skip
+    assert method.file_descriptor_response.file_descriptor_proto
+    assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
 
 
 def test_message_limit_is_teis_4_mib_or_the_payload_limit(

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Any
+from typing import Any, cast
 
+from google.protobuf import descriptor_pool
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -27,6 +28,7 @@ from tei_runtime.manifest import Task
 from tei_serve.errors import UnhealthyError
 from tei_serve.grpc import tei_pb2
 from tei_serve.grpc.auth import BearerAuth
+from tei_serve.grpc.reflection_pool import MethodSymbolPool
 from tei_serve.grpc.services import TRANSPORT_MESSAGE_LIMIT, TeiServices, message_limit
 from tei_serve.metrics_port import MetricsPort
 from tei_serve.models import Models
@@ -134,7 +136,9 @@ class GrpcServer:
             server.add_registered_method_handlers(service, handlers)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         names = [*ALWAYS_SERVING, *MODEL_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        reflection.enable_server_reflection(names, server)
+        # Reflection only calls the pool's lookups, which MethodSymbolPool has (delegated).
+        pool = cast(descriptor_pool.DescriptorPool, MethodSymbolPool())
+        reflection.enable_server_reflection(names, server, pool=pool)
         return server
 
     async def start(self) -> None:
