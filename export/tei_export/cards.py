@@ -51,6 +51,10 @@ class Fusion(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     attention_unfused_reason: str | None = None
     """Set when this family's attention cannot be fused: why. Without it, an export whose graph
     holds no fused attention op fails."""
+    min_opset: int | None = None
+    """The lowest --opset at which the expected fusions happen; lower ones are refused."""
+    min_opset_reason: str = ""
+    """Why (shown with the refusal)."""
     plain_graph_cpus: PlainGraphCpus = msgspec.field(default_factory=PlainGraphCpus)
     """Where the plain graph runs instead of the fused one: the artifact then carries the
     plain fp32 graph, and the plain int8 one when int8 names a class."""

@@ -47,6 +47,8 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """From 1_Pooling/config.json, when the checkpoint is a sentence-transformers model."""
     st_pooling_unsupported: str | None = None
     """1_Pooling/config.json's mode when tei-onnx has no such pooling (--pooling overrides)."""
+    st_pooling_file: Path | None = None
+    """The Pooling module's config.json (its folder is whatever modules.json says)."""
     pools_prompt: bool = True
     """1_Pooling/config.json's include_prompt: false leaves the prompt's tokens out of the
     pooling in sentence-transformers (TEI, and so tei-onnx, pool them)."""
@@ -171,6 +173,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
     architecture = str(architectures[0]) if architectures else "unknown"
 
     pooling: _PoolingConfig | None = None
+    pooling_folder: Path | None = None
     normalize = False
     dense_dirs: list[Path] = []
     ignored: list[str] = []
@@ -180,7 +183,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         folder = path / str(module.get("path", ""))
         match kind.rsplit(".", 1)[-1]:
             case "Pooling":
-                pooling = _pooling(folder)
+                pooling, pooling_folder = _pooling(folder), folder
                 if pooling is None:  # sentence-transformers itself refuses such a folder
                     raise ExportError(
                         f"{folder / 'config.json'}: modules.json lists a Pooling module there, "
@@ -193,7 +196,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
             case name if name not in _UNDERSTOOD_MODULES:
                 ignored.append(kind)
     if not modules and (path / "1_Pooling").is_dir():
-        pooling = _pooling(path / "1_Pooling")
+        pooling, pooling_folder = _pooling(path / "1_Pooling"), path / "1_Pooling"
 
     sbert = _optional_object(path / "sentence_bert_config.json")
     st_path = path / "config_sentence_transformers.json"
@@ -223,6 +226,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         architecture=architecture,
         st_pooling=pooling.mode if pooling else None,
         st_pooling_unsupported=pooling.unsupported if pooling else None,
+        st_pooling_file=pooling_folder / "config.json" if pooling and pooling_folder else None,
         pools_prompt=pooling.include_prompt if pooling else True,
         ignored_modules=ignored,
         normalize=normalize,

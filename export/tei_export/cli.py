@@ -12,11 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from tei_export.cards import CardError, supported_families
+from tei_export.cards import CardError, load_cards, supported_families
 from tei_export.errors import ExportError
 from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import Pooling, Precision, Task
 from tei_runtime.providers import precision_named
+
+
+def _opset_floors() -> str:
+    """The model cards that need a higher opset than the lowest offered, for --help."""
+    floors = [f"{c.family} {c.fusion.min_opset}+" for c in load_cards() if c.fusion.min_opset]
+    return "some families need more: " + ", ".join(floors) if floors else "any family"
 
 
 def _precisions(value: str) -> list[Precision]:
@@ -85,16 +91,15 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--task",
-        type=Task,
-        choices=list(Task),
+        # choices of plain strings: a wrong value is answered with the list, not a type error
+        choices=[t.value for t in Task],
         help="override task detection (default: from the architecture, as TEI does); "
         "`--task rerank` on a *ForCausalLM exports a generative reranker (Qwen3-Reranker: "
         "the yes/no answer logits, prompt from the model card)",
     )
     p.add_argument(
         "--pooling",
-        type=Pooling,
-        choices=list(Pooling),
+        choices=[p.value for p in Pooling],
         help="override pooling (default: 1_Pooling/config.json, else the model card's)",
     )
     p.add_argument(
@@ -118,7 +123,8 @@ def parser() -> argparse.ArgumentParser:
         help="comma-separated precisions to write: fp32,fp16,int8 (default: all three)",
     )
     p.add_argument("--opset", type=_opset, default=17,
-                   help=f"ONNX opset, {OPSETS.start}-{OPSETS.stop - 1} (default: 17)")
+                   help=f"ONNX opset, {OPSETS.start}-{OPSETS.stop - 1} (default: 17; "
+                        f"{_opset_floors()})")
     p.add_argument(
         "--trust-remote-code", action="store_true", help="allow the model's own Python code"
     )
@@ -190,8 +196,8 @@ def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
             revision=args.revision,
             token=args.hf_token,
             cache_dir=args.cache_dir,
-            task=args.task,
-            pooling=args.pooling,
+            task=Task(args.task) if args.task else None,
+            pooling=Pooling(args.pooling) if args.pooling else None,
             precisions=args.variants,
             trust_remote_code=args.trust_remote_code,
             opset=args.opset,
@@ -205,7 +211,9 @@ def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
         print(f"tei-export: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a full disk, a quota, a read-only file system: the system's words
-        where = f": {e.filename}" if e.filename else ""
+        # Not every OSError carries its file (onnx's writer, a C extension, raises none):
+        # then the output folder is what the user can act on.
+        where = f": {e.filename}" if e.filename else f" writing {Path(args.output_dir).resolve()}"
         print(f"tei-export: error: {e.strerror or e}{where}; nothing was written",
               file=sys.stderr)  # fmt: skip
         return 1

@@ -165,6 +165,11 @@ def make_plan(
         checkpoint.architecture,
         remote_code=checkpoint.trust_remote_code_needed,
     )
+    if card.fusion.min_opset is not None and opset < card.fusion.min_opset:
+        raise ExportError(
+            f"{card.family} needs --opset {card.fusion.min_opset} or higher (given {opset}): "
+            f"{card.fusion.min_opset_reason}"
+        )
     remote_runs = trust_remote_code and (
         checkpoint.trust_remote_code_needed or checkpoint.own_code_skipped
     )
@@ -227,7 +232,7 @@ def make_plan(
     if task is Task.EMBED:
         if pooling is None and checkpoint.st_pooling_unsupported is not None:
             raise ExportError(
-                f"{checkpoint.path / '1_Pooling' / 'config.json'}: pooling "
+                f"{checkpoint.st_pooling_file or checkpoint.path / '1_Pooling'}: pooling "
                 f"{checkpoint.st_pooling_unsupported} is not supported; tei-onnx pools by cls, "
                 f"mean or last-token (pass --pooling to choose one)"
             )

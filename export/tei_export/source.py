@@ -13,7 +13,10 @@ from tei_export.errors import ExportError
 # a Dense module's); PyTorch's pickles only where a repository has no safetensors weights, as
 # TEI does: a broad "*.bin" would also fetch a second copy of the weights that many repositories
 # carry beside their safetensors, and their OpenVINO exports.
-_METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "1_Pooling/*", "*_Dense/*"]
+# Dense folders whole, named either way (`2_Dense`, stella's `2_Dense_256` that --dense-path
+# picks), pickles included: a module folder holds one copy of its weights.
+_METADATA_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken", "1_Pooling/*", "*_Dense/*",
+                      "*_Dense_*/*"]
 _SAFETENSORS_PATTERNS = ["*.safetensors"]
 _PICKLE_PATTERNS = ["pytorch_model*.bin"]
 
@@ -77,10 +80,11 @@ def resolve(
         from huggingface_hub import constants
 
         where = cache_dir or constants.HF_HUB_CACHE  # the folder huggingface_hub looked in
+        what = f"{model} at revision {revision}" if revision else model
         raise ExportError(
-            f"{model}: no such local folder, and as a hub id not in the hub cache ({where}) "
-            f"and the hub cannot be reached (offline or no network); pass a local folder or "
-            f"populate the cache"
+            f"{model}: no such local folder, and as a hub id {what} is not in the hub cache "
+            f"({where}) and the hub cannot be reached (offline or no network); pass a local "
+            f"folder or populate the cache"
         ) from e
     except HFValidationError as e:
         raise ExportError(f"{model}: neither a folder nor a valid hub id ({e})") from e

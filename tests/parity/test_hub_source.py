@@ -80,6 +80,16 @@ def test_offline_and_not_cached_is_a_clear_error(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_offline_with_a_revision_the_cache_lacks_names_the_revision(
+    tmp_path: Path, checkpoint: Path
+) -> None:
+    _populate_cache(tmp_path / "cache", checkpoint)  # cached at main only
+    result = _cli(REPO, str(tmp_path / "artifact"), "--cache-dir", str(tmp_path / "cache"),
+                  "--revision", "v9", env={"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": DEAD_ENDPOINT})
+    assert result.returncode == 1
+    assert f"{REPO} at revision v9 is not in the hub cache" in result.stderr, result.stderr
+
+
 class _FakeHub(http.server.BaseHTTPRequestHandler):
     """Just enough of the hub's HTTP API for snapshot_download: the revision info, the file
     tree (huggingface_hub 2.x lists files from it) and /resolve/ file downloads with the
@@ -216,6 +226,11 @@ def test_safetensors_weights_only_no_second_copy_or_openvino(
     (repo / "pytorch_model.bin").write_bytes(b"a second copy of the weights")
     (repo / "openvino").mkdir()
     (repo / "openvino" / "openvino_model.bin").write_bytes(b"an OpenVINO export")
+    # A stella-like Dense folder beside (what --dense-path picks) holding only a pickle: a
+    # module folder is one copy of its weights, fetched whole.
+    (repo / "2_Dense_256").mkdir()
+    (repo / "2_Dense_256" / "config.json").write_text('{"in_features": 32, "out_features": 8}')
+    (repo / "2_Dense_256" / "pytorch_model.bin").write_bytes(b"the Dense weights")
     with _hub_serving(repo) as hub:
         result = _cli(REPO, str(tmp_path / "artifact"), "--cache-dir", str(tmp_path / "cache"),
                       env={"HF_ENDPOINT": hub.endpoint})  # type: ignore[attr-defined]
@@ -223,6 +238,7 @@ def test_safetensors_weights_only_no_second_copy_or_openvino(
     fetched = _fetched(hub)
     assert "model.safetensors" in fetched and "tokenizer.json" in fetched
     assert not {"pytorch_model.bin", "openvino/openvino_model.bin"} & fetched, fetched
+    assert {"2_Dense_256/config.json", "2_Dense_256/pytorch_model.bin"} <= fetched, fetched
 
 
 def test_pickle_weights_where_a_repository_has_no_safetensors(

@@ -469,3 +469,25 @@ def test_fusion_check_refuses_a_graph_without_attention(tmp_path: Path) -> None:
     bert_plan = make_plan(read_checkpoint(_folder(tmp_path / "b", BERT)))
     with pytest.raises(ExportError):
         check_fusion(bert_plan, {"LayerNormalization": 12, "EmbedLayerNormalization": 1})
+
+
+def test_unsupported_pooling_names_the_folder_modules_json_gives(tmp_path: Path) -> None:
+    files = _st6_files("max")
+    files["1_Pool/config.json"] = files.pop("1_Pooling/config.json")
+    modules = files["modules.json"]
+    assert isinstance(modules, list)
+    modules[1]["path"] = "1_Pool"
+    folder = _folder(tmp_path / "m", BERT, files=files)
+    with pytest.raises(ExportError) as refused:
+        make_plan(read_checkpoint(folder))
+    assert str(refused.value).startswith(f"{folder / '1_Pool' / 'config.json'}: pooling max ")
+
+
+def test_an_opset_below_the_cards_floor_is_refused_with_its_reason(tmp_path: Path) -> None:
+    modernbert = {**BERT, "model_type": "modernbert", "architectures": ["ModernBertModel"]}
+    checkpoint = read_checkpoint(_folder(tmp_path / "m", modernbert))
+    with pytest.raises(ExportError, match=r"modernbert needs --opset 17 or higher \(given 16\): "
+                                          r"below opset 17"):  # fmt: skip
+        make_plan(checkpoint, opset=16)
+    assert make_plan(checkpoint, opset=17).opset == 17
+    assert make_plan(read_checkpoint(_folder(tmp_path / "b", BERT)), opset=14).opset == 14
