@@ -165,3 +165,27 @@ def test_a_serving_only_install_says_what_to_install(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tei-export: error: the exporter needs ")
     assert "pip install '.[export]'" in err[0]
+
+
+def test_a_system_error_without_a_file_names_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """onnx's writer raises ENOSPC with no file name: the user still learns where it was
+    writing (the CLI's one line, nothing written)."""
+    from tei_export.cli import _export
+
+    def full_disk(*_args: object, **_kwargs: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    args = parser().parse_args([str(tmp_path / "model"), str(tmp_path / "out")])
+    assert _export(args, full_disk) == 1
+    err = capsys.readouterr().err
+    assert err == (f"tei-export: error: No space left on device writing {tmp_path / 'out'}; "
+                   "nothing was written\n")  # fmt: skip
+
+
+def test_a_wrong_task_or_pooling_lists_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag, listed in (("--task", "'embed', 'rerank'"), ("--pooling", "'cls', 'mean'")):
+        with pytest.raises(SystemExit):
+            parser().parse_args(["m", "out", flag, "foo"])
+        assert listed in capsys.readouterr().err
