@@ -11,12 +11,19 @@ pair is cut at its end whichever the side, so the document is gone: the card doe
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from tei_runtime.data import Encoding
 from tei_runtime.errors import InputTooLongError, ManifestError, ValidationError
 from tei_runtime.manifest import AnswerPrompt
 from tei_runtime.tokenization import Direction, Input, Tokenizer, is_pair
+
+log = logging.getLogger(__name__)
+
+ROOM_WARNED_BELOW = 64
+"""Tokens left for query and document (default instruction) under which a load warns: a
+query and a document of ordinary length will not both fit, and the document is cut first."""
 
 
 def format_pair(prompt: AnswerPrompt, query: str, document: str, instruction: str | None) -> str:
@@ -49,6 +56,24 @@ class PromptedPairs:
                 f"no fewer than the {tokenizer.max_input_length} an input may have "
                 "(max_input_length, or a server's --max-batch-tokens where lower)"
             )
+        # What the template and the default instruction take: what is left is for the query
+        # and the document, and the document is what truncation cuts.
+        [empty] = tokenizer.ids_without_specials([format_pair(prompt, "", "", None)])
+        room = self.budget - len(empty)
+        if room <= 0:
+            raise ManifestError(
+                f"the reranker prompt with its default instruction takes "
+                f"{tokenizer.max_input_length - room} tokens, no fewer than the "
+                f"{tokenizer.max_input_length} an input may have, so no document would be "
+                "scored (max_input_length, or a server's --max-batch-tokens where lower)"
+            )
+        if room < ROOM_WARNED_BELOW:
+            log.warning(
+                "the reranker prompt with its default instruction leaves %d of %d tokens for "
+                "the query and the document: longer ones lose the document's text first, so "
+                "such documents all score alike (raise --max-batch-tokens)",
+                room, tokenizer.max_input_length,
+            )  # fmt: skip
 
     def encode(
         self,
@@ -68,7 +93,9 @@ class PromptedPairs:
             if is_pair(item):
                 query, document = str(item[0]), str(item[1])
                 said = instruction
-                if truncate:
+                if not truncate:  # refused before tokenizing, as any input is (TEI's rule)
+                    self.tokenizer.check_chars((query, document))
+                else:
                     # A megabyte-long document would take a second to tokenize whole, and the
                     # query and instruction go with every document. Both come before the
                     # document and truncation keeps them from their start (`_join`), so a
@@ -101,7 +128,9 @@ class PromptedPairs:
             if not truncate:
                 total = len(self.prefix_ids) + len(kept) + len(self.suffix_ids)
                 raise InputTooLongError(total, self.tokenizer.max_input_length)
-            head = sum(1 for start, _ in pair.offsets if start < document_start)
+            # The tokens wholly before the document: a byte-level BPE token that starts at
+            # the space before it ("Ġthe") is the document's first word, cut with the rest.
+            head = sum(1 for _, end in pair.offsets if end <= document_start)
             if direction == "left" and head < self.budget:
                 kept = kept[:head] + kept[len(kept) - (self.budget - head) :]
             else:

@@ -199,7 +199,7 @@ class Tokenizer:
         where: list[int] = []
         for i, item in enumerate(inputs):
             if not truncate:
-                self._check_chars(item)
+                self.check_chars(item)
             if isinstance(item, str):
                 text = prefix + item if prefix else item
                 texts.append(self.cut_long(text, truncation_direction) if truncate else text)
@@ -238,8 +238,9 @@ class Tokenizer:
                 )
         return [e for e in out if e is not None]
 
-    def _check_chars(self, item: Input) -> None:
-        """TEI's character pre-check."""
+    def check_chars(self, item: Input) -> None:
+        """TEI's character pre-check of an input that will not be truncated: one longer than
+        max_input_length * 250 characters is refused before anything tokenizes it."""
         chars = chars_of(item)
         limit = self.max_input_length * MAX_CHARS_PER_TOKEN
         if chars > limit:
@@ -315,7 +316,7 @@ class Tokenizer:
         texts: list[TextInput] = []
         for item in inputs:
             if isinstance(item, str) or is_pair(item):
-                self._check_chars(item)
+                self.check_chars(item)
             if isinstance(item, str):
                 texts.append(prefix + item if prefix else item)
             elif is_pair(item):

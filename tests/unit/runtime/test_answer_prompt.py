@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,7 @@ from rt_artifacts import ArtifactFactory, Built
 from support.tiny_rerankers import build_qwen_tokenizer
 from tei_runtime.answer_prompt import PromptedPairs, format_pair
 from tei_runtime.data import Encoding
-from tei_runtime.errors import InputTooLongError, ValidationError
+from tei_runtime.errors import InputTooLongError, ManifestError, ValidationError
 from tei_runtime.manifest import (
     MANIFEST_NAME,
     AnswerPrompt,
@@ -70,6 +71,11 @@ def test_truncation_cuts_the_pair_never_the_prompt(tokenizer: Tokenizer) -> None
     with pytest.raises(InputTooLongError):
         pairs.encode([("q", long)], instruction=None, truncate=False,
                      truncation_direction="right")  # fmt: skip
+    # Past TEI's character limit (max_input_length * 250) an untruncated pair is refused
+    # before it is tokenized, as any input is.
+    with pytest.raises(ValidationError, match="must have less than 30000 characters"):
+        pairs.encode([("q", "x" * 30_000)], instruction=None, truncate=False,
+                     truncation_direction="right")  # fmt: skip
 
 
 def test_left_truncation_cuts_the_document_start_not_the_question(
@@ -99,6 +105,19 @@ def test_left_truncation_cuts_the_document_start_not_the_question(
     ]  # fmt: skip
     assert ends[0] == ends[1] and len(ends[0]) == 120
 
+
+
+def test_left_truncation_drops_the_documents_first_word_too(tokenizer: Tokenizer) -> None:
+    """Byte-level BPE starts the document's first token at the space before it ("Ġthe"):
+    that token is the document's, cut with its start, not kept before the kept tail."""
+    pairs = PromptedPairs(PROMPT, tokenizer)
+    # Short enough in characters that no cut before tokenizing takes the start off already.
+    document = "the beginning. " + " ".join(f"s{i}." for i in range(100)) + " END"
+    [enc] = pairs.encode([("q", document)], instruction=None, truncate=True,
+                         truncation_direction="left")  # fmt: skip
+    text = tokenizer.decode([list(enc.ids)], skip_special_tokens=False)[0]
+    kept = text.partition("<Document>:")[2]
+    assert "the" not in kept and kept.rstrip().endswith("END<|im_end|>\n<|im_start|>assistant")
 
 @pytest.mark.parametrize("direction", ["right", "left"])
 @pytest.mark.parametrize("huge", ["document", "query", "instruction"])
@@ -157,3 +176,20 @@ def test_an_instruction_for_a_cross_encoder_is_refused(make_artifact: ArtifactFa
     assert model.predict([("q", "d")]).shape == (1, 1)
     with pytest.raises(ValidationError, match="generative rerankers"):
         model.predict([("q", "d")], instruction="find it")
+
+
+def test_a_budget_the_default_instruction_fills_is_refused_or_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A low --max-batch-tokens left room for the prompt but not for a document: every
+    document was cut away and all scored alike, with no word at start."""
+    path = tmp_path / "tokenizer.json"
+    build_qwen_tokenizer().save(str(path))
+    roomy = PromptedPairs(PROMPT, Tokenizer(path, max_input_length=1000))
+    [empty] = roomy.tokenizer.ids_without_specials([format_pair(PROMPT, "", "", None)])
+    taken = len(roomy.prefix_ids) + len(roomy.suffix_ids) + len(empty)
+    with pytest.raises(ManifestError, match="so no document would be scored"):
+        PromptedPairs(PROMPT, Tokenizer(path, max_input_length=taken))
+    with caplog.at_level(logging.WARNING, logger="tei_runtime"):
+        PromptedPairs(PROMPT, Tokenizer(path, max_input_length=taken + 10))
+    assert any("leaves 10 of" in r.getMessage() for r in caplog.records)
