@@ -49,3 +49,19 @@ def test_response_matches_tei_schema(
 
 def test_spec_copy_is_tei_193() -> None:
     assert SPEC["info"]["version"] == "1.9.3"
+
+
+def test_the_served_document_has_the_several_model_api(serve: Callable[..., Running]) -> None:
+    """What tei-onnx adds to TEI's document: the `model` field of the request bodies, the
+    `models` list of /info and OpenAI's /v1/models routes, whose answer fits it."""
+    r = serve(Task.EMBED)
+    served = r.client.get("/api-doc/openapi.json").json()
+    schemas = served["components"]["schemas"]
+    for body in ("EmbedRequest", "EmbedAllRequest", "EmbedSparseRequest", "PredictRequest",
+                 "RerankRequest", "SimilarityRequest", "TokenizeRequest", "DecodeRequest"):
+        assert "model" in schemas[body]["properties"], body
+    assert "models" in schemas["Info"]["properties"]
+    assert {"/v1/models", "/v1/models/{model_id}"} <= set(served["paths"])
+    listed = r.client.get("/v1/models").json()
+    assert set(listed) == set(schemas["OpenAIModelList"]["required"])
+    assert set(listed["data"][0]) == set(schemas["OpenAIModel"]["required"])
