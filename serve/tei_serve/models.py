@@ -68,7 +68,8 @@ class Models:
         self.servings = tuple(servings)
         self._shared = shared
         """Closed by `stop` when given (the servings do not own it)."""
-        self.candidates = tuple(Candidate(name=s.served_model_name, task=s.task)
+        self.candidates = tuple(Candidate(name=s.served_model_name, task=s.task,
+                                          model_id=s.info.model_id)
                                 for s in servings)  # fmt: skip
         self.info: ModelInfo = self._info()
 

@@ -93,6 +93,9 @@ class Candidate(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     """Its served model name (what requests name it by)."""
     task: Task
+    model_id: str = ""
+    """Its --model-id (what /info shows): a request may name it so too, where no served name
+    is the same and no other model has that id."""
 
 
 NAME_SHOWN_CHARS = 100
@@ -119,13 +122,22 @@ def choose(models: Sequence[Candidate], route: Route, requested: str | None) -> 
         return 0
     able = ANSWERS[route]
     if requested:
-        for i, m in enumerate(models):
-            if m.name == requested:
-                if m.task not in able | _ALSO_WHEN_NAMED.get(route, frozenset()):
-                    raise ModelChoiceError(
-                        f"model `{requested}` ({m.task.value}) cannot answer {route.label}"
-                    )
-                return i
+        named = [i for i, m in enumerate(models) if m.name == requested]
+        if not named:
+            named = [i for i, m in enumerate(models) if m.model_id == requested]
+            if len(named) > 1:
+                names = ", ".join(f"`{models[i].name}`" for i in named)
+                raise ModelChoiceError(
+                    f"`{shown(requested)}` is the id of several served models: {names}; "
+                    "name one by its served name"
+                )
+        if named:
+            m = models[named[0]]
+            if m.task not in able | _ALSO_WHEN_NAMED.get(route, frozenset()):
+                raise ModelChoiceError(
+                    f"model `{shown(requested)}` ({m.task.value}) cannot answer {route.label}"
+                )
+            return named[0]
         raise UnknownModelError(
             f"model `{shown(requested)}` is not served here; served models: {_listed(models)}"
         )

@@ -106,3 +106,21 @@ def test_every_route_has_its_tasks() -> None:
 def test_no_models_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="no models"):
         choose((), Route.EMBED, None)
+
+
+def test_the_model_id_names_a_model_where_no_served_name_is_it() -> None:
+    """An OpenAI client configured with the id /info shows keeps working once a second model
+    is served; a served name equal to that id still wins, and an id two models share is
+    ambiguous."""
+    ids = (Candidate(name="minilm", task=Task.EMBED, model_id="sentence-transformers/mini"),
+           Candidate(name="bge", task=Task.EMBED, model_id="BAAI/bge"),
+           Candidate(name="sentence-transformers/mini", task=Task.EMBED, model_id="x"))
+    assert choose(ids[:2], Route.OPENAI, "sentence-transformers/mini") == 0
+    assert choose(ids[:2], Route.EMBED, "BAAI/bge") == 1
+    assert choose(ids, Route.OPENAI, "sentence-transformers/mini") == 2
+    twice = (ids[0], Candidate(name="mini-int8", task=Task.EMBED,
+                               model_id="sentence-transformers/mini"))  # fmt: skip
+    with pytest.raises(ModelChoiceError, match="the id of several served models"):
+        choose(twice, Route.EMBED, "sentence-transformers/mini")
+    with pytest.raises(UnknownModelError):
+        choose(ids[:2], Route.EMBED, "BAAI/other")
