@@ -18,6 +18,7 @@ import logging
 import logging.handlers
 import resource
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -333,7 +334,7 @@ def raise_open_file_limit() -> int:
     return soft
 
 
-def serve(served: Serving | Models) -> bool:
+def serve(served: Serving | Models, on_ready: Callable[[], None] = lambda: None) -> bool:
     """Serve until SIGTERM/SIGINT; False when the server could not start.
 
     uvicorn re-raises the signal it caught once it has shut down gracefully, to the handler
@@ -344,6 +345,7 @@ def serve(served: Serving | Models) -> bool:
     uv = GracefulServer(
         uvicorn_config(served),
         on_exit=lambda: models.watch_the_deadline(SHUTDOWN_GRACE_SECONDS, SHED_MARGIN_SECONDS),
+        on_ready=on_ready,
     )
     s = models.settings
     try:
@@ -366,10 +368,19 @@ class GracefulServer(uvicorn.Server):
     still running: their clients get a bare 500 and the log a traceback each. Just before
     that, `shed` refuses the work still queued, so those clients read TEI's 503 instead."""
 
-    def __init__(self, config: uvicorn.Config, *, on_exit: Callable[[], object]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, *, on_exit: Callable[[], object],
+        on_ready: Callable[[], None],
+    ) -> None:  # fmt: skip
         super().__init__(config)
         self._on_exit = on_exit
+        self._on_ready = on_ready
         self._deadline_set = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # listening: "ready" is true only now (a taken port ends above)
+            self._on_ready()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
@@ -380,14 +391,14 @@ class GracefulServer(uvicorn.Server):
             asyncio.get_event_loop().call_soon_threadsafe(self._on_exit)
 
 
-def serve_grpc(served: Serving | Models) -> bool:
+def serve_grpc(served: Serving | Models, on_ready: Callable[[], None] = lambda: None) -> bool:
     """`--grpc`: serve TEI's gRPC API until SIGTERM/SIGINT, then stop gracefully (calls in
     flight finish, the queue drains); False when the server could not start."""
     from tei_serve.grpc.server import GrpcStartError
     from tei_serve.grpc.server import serve_grpc as run
 
     try:
-        asyncio.run(run(served))
+        asyncio.run(run(served, on_ready))
     except (GrpcStartError, MetricsPortError) as e:
         log.error("%s", e)
         return False
@@ -459,19 +470,22 @@ def _start_and_serve(settings: Settings) -> int:
         log.error("%s", e)
         return 1
     models = build_models(settings, [m for _, m in loaded])
-    for model, m in loaded:
-        log.info(
-            "ready: model=%s task=%s provider=%s variant=%s max_input_length=%d "
-            "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
-            "max_client_batch_size=%d listening on %s:%d%s",
-            m.model_id, model.manifest.task.value, model.provider,
-            model.variant.name, model.max_input_length,
-            settings.max_batch_tokens, settings.max_batch_requests,
-            settings.max_concurrent_requests, settings.max_client_batch_size,
-            settings.hostname, settings.port,
-            f" served_model_name={m.served_model_name}" if models.several else "",
-        )
-    ok = serve_grpc(models) if settings.grpc else serve(models)
+
+    def announce() -> None:
+        for model, m in loaded:
+            log.info(
+                "ready: model=%s task=%s provider=%s variant=%s max_input_length=%d "
+                "max_batch_tokens=%d max_batch_requests=%s max_concurrent_requests=%d "
+                "max_client_batch_size=%d listening on %s:%d%s",
+                m.model_id, model.manifest.task.value, model.provider,
+                model.variant.name, model.max_input_length,
+                settings.max_batch_tokens, settings.max_batch_requests,
+                settings.max_concurrent_requests, settings.max_client_batch_size,
+                settings.hostname, settings.port,
+                f" served_model_name={m.served_model_name}" if models.several else "",
+            )
+
+    ok = serve_grpc(models, announce) if settings.grpc else serve(models, announce)
     return 0 if ok else 1
 
 

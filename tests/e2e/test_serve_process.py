@@ -200,6 +200,7 @@ def test_a_port_in_use_ends_the_start_with_one_line_and_exit_1(
             assert run.returncode == 1, (mode, run.returncode, run.stderr[-2000:])
             assert "Traceback" not in run.stderr, run.stderr[-2000:]
             assert str(taken) in run.stderr
+            assert " ready: " not in run.stderr  # "ready" only once the port is bound
     finally:
         holder.close()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any, cast
 
 from google.protobuf import descriptor_pool
@@ -180,7 +181,9 @@ class GrpcServer:
         await self.metrics_port.close()
 
 
-async def serve_grpc(served: Serving | Models) -> None:
+async def serve_grpc(
+    served: Serving | Models, on_ready: Callable[[], None] = lambda: None
+) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully."""
     front = GrpcServer(served)
     stopping = asyncio.Event()
@@ -188,6 +191,7 @@ async def serve_grpc(served: Serving | Models) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     await front.start()
+    on_ready()
     await stopping.wait()
     log.info("shutting down: finishing calls in flight")
     await front.stop()
