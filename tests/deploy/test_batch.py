@@ -177,6 +177,45 @@ def test_options_are_checked_before_ray_starts(toy_artifact: Path, tmp_path: Pat
     assert not (out / job.JOB_FILE).exists()
 
 
+
+def test_a_second_run_into_a_busy_output_folder_is_refused(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    """Two runs with different options both succeeded and mixed their shards (neither had
+    finished one when the other recorded its job)."""
+    import fcntl
+
+    corpus = _write_jsonl(tmp_path / "a.jsonl", 5)
+    out = tmp_path / "out"
+    out.mkdir()
+    with (out / job.LOCK_FILE).open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(CorpusJobError, match="another tei-embed is writing there"):
+            job.run(toy_artifact, [corpus], out, normalize=False)
+    assert not (out / job.JOB_FILE).exists()
+
+
+def test_a_ray_address_nothing_answers_is_one_error_not_a_hang(
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ray.init retried an address that nothing answered for ever (10 minutes and on)."""
+    import socket
+
+    import ray
+
+    # As in a fresh `tei-embed` process, whatever Ray another test of this session started.
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    corpus = _write_jsonl(tmp_path / "a.jsonl", 5)
+    for address in (f"127.0.0.1:{closed}", f"ray://127.0.0.1:{closed}"):
+        with pytest.raises(CorpusJobError, match=f"cannot reach Ray at {address}"):
+            job.run(toy_artifact, [corpus], tmp_path / "out", address=address)
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
+    with pytest.raises(CorpusJobError, match="cannot reach Ray at"):
+        job.run(toy_artifact, [corpus], tmp_path / "out2")
+
 def test_ray_error_text_digs_out_the_cause() -> None:
     inner = CorpusJobError("a.parquet: no column 'text' (--text-field)")
     outer = RuntimeError("UDF failed to process a data block.")
@@ -380,6 +419,14 @@ def test_a_bad_line_and_a_lone_surrogate_name_their_row(tmp_path: Path) -> None:
     # valid JSON, not text
     _refused_row(tmp_path / "half.jsonl", '{"text": "ok"}\n{"text": "emoji \\ud83d"}\n',
                  r"half\.jsonl: row 1's 'text' is not valid text")  # fmt: skip
+    # valid JSON, not an object; ids Parquet cannot hold
+    _refused_row(tmp_path / "list.jsonl", '{"text": "ok"}\n[1, 2]\n',
+                 r"list\.jsonl: row 1 \(blank lines not counted, from 0\) is a JSON list")
+    big = f'{{"id": 1, "text": "a"}}\n{{"id": {2**70}, "text": "b"}}\n'
+    _refused_row(tmp_path / "big.jsonl", big,
+                 r"big\.jsonl: row 1's 'id' \d+ does not fit a 64-bit integer")  # fmt: skip
+    _refused_row(tmp_path / "sid.jsonl", '{"id": "\\ud83d", "text": "a"}\n',
+                 r"sid\.jsonl: row 0's 'id' is not valid text")  # fmt: skip
 
 
 def test_the_output_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) -> None:
@@ -388,11 +435,34 @@ def test_the_output_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     _write_jsonl(corpus / "a.jsonl", 5)
-    _write_parquet(corpus / "part-00000.parquet", 3, row_group=3)  # as if a shard were there
+    shard = pa.table({"id": [0, 1, 2], "text": _texts(3)}).replace_schema_metadata(
+        {job.ID_SOURCE_KEY: b"row-number"})  # what a shard of tei-embed's records
+    pq.write_table(shard, corpus / "part-00000.parquet")
     files, _ = plan([corpus], 10, corpus)
     assert [Path(f.path).name for f in files] == ["a.jsonl"]
     files, _ = plan([corpus], 10, tmp_path / "elsewhere")
     assert len(files) == 2
+
+
+def test_a_users_file_named_like_a_shard_in_the_output_folder_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Read as an input, then written over by the shard of its name: 100 rows were lost."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _write_jsonl(corpus / "notes.jsonl", 5)
+    users = _write_parquet(corpus / "part-00000.parquet", 3, row_group=3)
+    for given in ([corpus], [users, corpus / "notes.jsonl"]):
+        with pytest.raises(CorpusJobError, match="named like the output's shards"):
+            plan(given, 10, corpus)
+    # Beside that: what a folder holds and is not read is said, not skipped in silence.
+    (corpus / "b.jsonl.gz").write_bytes(b"")
+    (corpus / "year=2021").mkdir()
+    (corpus / "_SUCCESS").write_text("")
+    with caplog.at_level("WARNING"):
+        plan([corpus], 10, tmp_path / "out")
+    [warning] = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+    assert "2 entries" in warning and "b.jsonl.gz" in warning and "year=2021/" in warning
 
 
 def test_shards_whose_ids_differ_are_named(toy_artifact: Path, tmp_path: Path) -> None:
@@ -409,7 +479,7 @@ def test_shards_whose_ids_differ_are_named(toy_artifact: Path, tmp_path: Path) -
     for shard in shards:
         embed_shard(model, _job(toy_artifact, [corpus], 3), shard, out)
     said = job.id_mismatch(out, shards)
-    assert said is not None and "cannot be read as one table" in said
+    assert said is not None and "one table of them is not what it seems" in said
     assert ("part-00000.parquet: string ids from id; part-00001.parquet: int64 ids from row "
             "numbers") in said  # fmt: skip
 

@@ -16,10 +16,13 @@ extra (from a checkout: `pip install '.[ray]'`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
+import socket
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -42,6 +45,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("tei_embed")
 
 JOB_FILE = "_tei_embed.json"
+LOCK_FILE = "_tei_embed.lock"
+"""Held by the run writing to an output folder: a second run there (other options or the
+same) would record its own job over the first's while neither has finished a shard, and
+both would write shards."""
+RAY_REACH_SECONDS = 5.0
+"""How long a Ray address gets to accept a connection: `ray.init` retries one that nothing
+answers for ever."""
 BUNDLE_CACHE = ".bundle"
 SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
 
@@ -117,15 +127,24 @@ def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]
     files: list[Path] = []
     mine = output.resolve() if output is not None else None
 
-    def is_shard(p: Path) -> bool:
+    def shard_named(p: Path) -> bool:
         return p.parent.resolve() == mine and _SHARD_NAME.fullmatch(p.name) is not None
 
     for path in paths:
         if path.is_dir():
-            found = sorted(
-                p for p in path.iterdir()
-                if p.suffix in SUFFIXES and p.is_file() and not is_shard(p)
-            )  # fmt: skip
+            entries = sorted(path.iterdir())
+            found = [p for p in entries if p.suffix in SUFFIXES and p.is_file()
+                     and not (shard_named(p) and _written_here(p))]  # fmt: skip
+            # What pyarrow and Spark skip too (names from `_` or `.`: markers, temporaries).
+            skipped = [p.name + ("/" if p.is_dir() else "") for p in entries
+                       if p not in found and not p.name.startswith(("_", "."))
+                       and not (shard_named(p) and _written_here(p))]  # fmt: skip
+            if skipped:
+                shown = ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+                log.warning(
+                    "%s: %d entries not read (only the *.jsonl and *.parquet files at its top "
+                    "level are): %s", path, len(skipped), shown,
+                )  # fmt: skip
             if not found:
                 raise CorpusJobError(f"{path}: no *.jsonl or *.parquet files in it")
             files += found
@@ -135,11 +154,30 @@ def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]
             files.append(path)
         else:
             raise CorpusJobError(f"{path}: no such file or folder")
+    for p in files:
+        if shard_named(p):
+            # Its rows would be read, then the file replaced by the shard of that name.
+            raise CorpusJobError(
+                f"{p}: an input named like the output's shards, in the output folder: the job "
+                "would write over it; give another output folder"
+            )
     unique = list(dict.fromkeys(p.resolve() for p in files))
     if len(unique) < len(files):
         log.warning("%d input files were named more than once; each is read once",
                     len(files) - len(unique))  # fmt: skip
     return unique
+
+
+def _written_here(path: Path) -> bool:
+    """Whether a Parquet file is a shard tei-embed wrote (its schema records where the ids
+    came from), not a user's file that happens to have a shard's name."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+        return False
+    return ID_SOURCE_KEY in metadata
 
 
 def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int]]:
@@ -217,12 +255,18 @@ def read_shard(
                     break
                 if line.strip():
                     try:
-                        records.append(json.loads(line))
+                        record = json.loads(line)
                     except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
                         raise CorpusJobError(
                             f"{shard.path}: row {shard.start + len(records)} (blank lines not "
                             f"counted, from 0) is not JSON: {e}"
                         ) from e
+                    if not isinstance(record, dict):
+                        raise CorpusJobError(
+                            f"{shard.path}: row {shard.start + len(records)} (blank lines not "
+                            f"counted, from 0) is a JSON {type(record).__name__}, not an object"
+                        )
+                    records.append(record)
         rows: list[Any] = records
         texts = [r.get(text_field) for r in records]
         ids = _jsonl_ids(shard, records, id_field)
@@ -281,10 +325,14 @@ def id_mismatch(out_dir: Path, shards: Sequence[Shard]) -> str | None:
     kinds = "; ".join(f"{name}: {kind} ids from {source}"
                       for (kind, source), name in first.items())  # fmt: skip
     return (
-        f"{out_dir}: the shards' ids differ ({kinds}), so they cannot be read as one table; "
+        f"{out_dir}: the shards' ids differ ({kinds}), so one table of them is not what it "
+        "seems (pyarrow refuses it, pandas turns integers into strings); "
         "read them shard by shard, or give every row of every input a string or integer id "
         "(one type), or none, and embed again into a new folder"
     )
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _jsonl_ids(shard: Shard, records: list[dict[str, Any]], id_field: str) -> list[Any]:
@@ -300,6 +348,16 @@ def _jsonl_ids(shard: Shard, records: list[dict[str, Any]], id_field: str) -> li
             raise CorpusJobError(
                 f"{shard.path}: row {shard.start + i} has {what} {id_field!r} (--id-field) where "
                 "other rows have one: give every row a string or integer id, or none"
+            )
+        if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+            raise CorpusJobError(
+                f"{shard.path}: row {shard.start + i}'s {id_field!r} {value} does not fit a "
+                "64-bit integer (Parquet's int64): give it as a string"
+            )
+        if isinstance(value, str) and not is_text(value):
+            raise CorpusJobError(
+                f"{shard.path}: row {shard.start + i}'s {id_field!r} is not valid text (a lone "
+                "surrogate such as \\ud83d)"
             )
         if ids and type(value) is not type(ids[0]):
             raise CorpusJobError(
@@ -472,15 +530,58 @@ def run(
     dtype: str = "auto",
     normalize: bool = True,
     prompt_name: str | None = None,
+    address: str | None = None,
 ) -> dict[str, int]:
-    """Embed every unfinished shard; returns counts of shards done now, skipped and total."""
+    """Embed every unfinished shard; returns counts of shards done now, skipped and total.
+    `address`: the Ray cluster to run on (else RAY_ADDRESS, else a local Ray), reached only
+    once everything else has been checked."""
+    if actors < 1 or threads_per_actor < 1:
+        raise CorpusJobError("--actors and --threads-per-actor must be at least 1")
+    with _output_lock(out_dir):
+        return _run_locked(
+            artifact, inputs, out_dir, text_field=text_field, id_field=id_field,
+            shard_rows=shard_rows, actors=actors, threads_per_actor=threads_per_actor,
+            device=device, dtype=dtype, normalize=normalize, prompt_name=prompt_name,
+            address=address,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _output_lock(out_dir: Path) -> Iterator[None]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = out_dir / LOCK_FILE
+    with lock.open("a") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CorpusJobError(
+                f"{out_dir}: another tei-embed is writing there (it holds {lock}); wait for "
+                "it to end, or give another output folder"
+            ) from None
+        yield
+
+
+def _run_locked(
+    artifact: Path,
+    inputs: Sequence[Path],
+    out_dir: Path,
+    *,
+    text_field: str,
+    id_field: str,
+    shard_rows: int,
+    actors: int,
+    threads_per_actor: int,
+    device: str,
+    dtype: str,
+    normalize: bool,
+    prompt_name: str | None,
+    address: str | None,
+) -> dict[str, int]:
     import ray
 
     from tei_runtime.loader import planned_variant
     from tei_runtime.providers import Device
 
-    if actors < 1 or threads_per_actor < 1:
-        raise CorpusJobError("--actors and --threads-per-actor must be at least 1")
     # A bundle is unpacked beside the shards: storage every actor writes to, kept for resumes.
     artifact = artifact_folder(artifact, out_dir / BUNDLE_CACHE)
     manifest = read_manifest(artifact)
@@ -517,9 +618,9 @@ def run(
     )
     if not todo:
         return {"embedded": 0, "skipped": len(done), "total": len(shards)}
-    local = not ray.is_initialized() and not os.environ.get("RAY_ADDRESS")
+    local = not ray.is_initialized() and not address and not os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
-        _start_ray(None)
+        _start_ray(address)
     cpus = float(ray.cluster_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
     check_cpus(threads_per_actor, cpus, local=local)
     items = [{"shard": msgspec.json.encode(s).decode()} for s in todo]
@@ -581,11 +682,29 @@ def check_cpus(threads_per_actor: int, cpus: float, *, local: bool) -> None:
 def _start_ray(address: str | None) -> None:
     import ray
 
+    where = address or os.environ.get("RAY_ADDRESS")
+    if where:
+        _check_reachable(where)
     try:
         ray.init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = address or os.environ.get("RAY_ADDRESS") or "a local Ray"
         raise CorpusJobError(f"cannot start or reach Ray ({where}): {e}") from e
+
+
+def _check_reachable(address: str) -> None:
+    """A `host:port` Ray address (or `ray://host:port`) that accepts no connection within
+    RAY_REACH_SECONDS is one clear error; `auto` and `local` are Ray's own to resolve."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), RAY_REACH_SECONDS).close()
+    except OSError as e:
+        raise CorpusJobError(
+            f"cannot reach Ray at {address} (--address or RAY_ADDRESS): "
+            f"{e.strerror or 'no answer'} within {RAY_REACH_SECONDS:.0f} s"
+        ) from e
 
 
 def ray_error_text(error: BaseException) -> str:
@@ -681,8 +800,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     try:
-        if args.address:
-            _start_ray(args.address)
         counts = run(
             args.artifact,
             args.paths[:-1],
@@ -696,6 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             dtype=args.dtype,
             normalize=not args.no_normalize,
             prompt_name=args.prompt_name,
+            address=args.address,
         )
     except (CorpusJobError, TeiRuntimeError) as e:
         print(f"tei-embed: error: {e}", file=sys.stderr)
