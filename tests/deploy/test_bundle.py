@@ -238,6 +238,7 @@ def test_cli_path_mistakes_are_one_line(
     note.write_text("x")
     for argv in (
         ["pack", str(toy_artifact), str(tmp_path)],
+        ["pack", str(toy_artifact), str(tmp_path / "new-folder") + "/"],  # a folder meant
         ["pack", str(toy_artifact), str(note / "x.tar")],
         ["pack", str(toy_artifact), str(toy_artifact / "self.tar")],
         ["unpack", str(tmp_path / "none.tar"), str(tmp_path / "u")],
@@ -247,6 +248,7 @@ def test_cli_path_mistakes_are_one_line(
         err = capsys.readouterr().err
         assert err.startswith("tei-bundle: error: ") and err.count("\n") == 1, (argv, err)
     assert not (toy_artifact / "self.tar").exists()
+    assert not (tmp_path / "new-folder").exists()
     tar = tmp_path / "toy.tar"
     assert bundle_cli.main(["pack", str(toy_artifact), str(tar)]) == 0
     assert bundle_cli.main(["unpack", str(tar), str(note / "u")]) == 1

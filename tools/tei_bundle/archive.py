@@ -108,14 +108,17 @@ def write_bundle(artifact_dir: str | Path, out: str | Path) -> Path:
     root = Path(artifact_dir)
     verify_artifact(root)
     target = Path(out)
-    if target.is_dir():
+    if target.is_dir() or str(out).endswith(("/", os.sep)):  # `newdir/`: a folder meant
         raise BundleError(f"{target}: is a folder; name the bundle's file, e.g. "
                           f"{target / (root.resolve().name + '.tar')}")  # fmt: skip
     if target.resolve().is_relative_to(root.resolve()):
         raise BundleError(f"{target}: inside the artifact folder it bundles; write it elsewhere")
     listing = describe(root)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as e:  # name the folder the user gave, not a temporary file's name
+        raise BundleError(f"{target}: cannot write in {target.parent}: {e.strerror or e}") from e
     try:
         with (
             os.fdopen(fd, "wb") as raw,

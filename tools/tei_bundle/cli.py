@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     pk = sub.add_parser("pack", help="verify an artifact folder and write it as one tar")
     pk.add_argument("artifact", type=Path)
-    pk.add_argument("bundle", type=Path)
+    pk.add_argument("bundle")  # a string: `newdir/` keeps the slash that says "a folder"
     vf = sub.add_parser(
         "verify",
         help="check every file of a bundle (tar), an unpacked bundle or an artifact folder",
