@@ -742,6 +742,8 @@ def _positive(text: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tei-embed",
+        # argparse renders `nargs="+"` as "X [X ...]", which reads as repeatable pairs here
+        usage="tei-embed [options] ARTIFACT INPUT [INPUT ...] OUTPUT_DIR",
         description="Embed a JSONL/Parquet corpus with a tei-onnx artifact on Ray Data; "
         "writes Parquet shards (id, embedding) and resumes after a crash.",
     )
@@ -763,13 +765,14 @@ def _parser() -> argparse.ArgumentParser:
         default="id",
         help="field/column with the id (id); the corpus row number when absent",
     )
-    p.add_argument("--shard-rows", type=_positive, default=10_000, help="rows per output shard")
-    p.add_argument("--actors", type=_positive, default=1, help="model replicas (Ray actors)")
+    p.add_argument("--shard-rows", type=_positive, default=10_000,
+                   help="rows per output shard (10000)")  # fmt: skip
+    p.add_argument("--actors", type=_positive, default=1, help="model replicas (Ray actors, 1)")
     p.add_argument(
         "--threads-per-actor",
         type=_positive,
         default=1,
-        help="CPUs reserved per actor and onnxruntime threads",
+        help="CPUs reserved per actor and onnxruntime threads (1)",
     )
     p.add_argument("--device", default="cpu", help="cpu|cuda|tensorrt|rocm|openvino|auto")
     p.add_argument("--dtype", default="auto", help="auto|float32|float16|int8 (or fp32, fp16)")
