@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from types import FrameType
 
-import msgspec
 import uvicorn
 
 from tei_runtime.backend import output_for_task
@@ -43,6 +42,7 @@ from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import Input, ServedModel
 from tei_serve.model_source import ExportOptions, ModelSourceError, resolve
 from tei_serve.models import LoadedModel, Models, build_models
+from tei_serve.observe import RequestSpan
 from tei_serve.serving import Serving
 from tei_serve.settings import (
     KEEP_ALIVE_SECONDS,
@@ -82,8 +82,8 @@ class JsonFormatter(logging.Formatter):
             "line_number": record.lineno,
         }
         span = getattr(record, "span", None)
-        if self.spans and span is not None:
-            fields = msgspec.to_builtins(span)
+        if self.spans and isinstance(span, RequestSpan):
+            fields = span.fields()
             entry["span"] = fields
             entry["spans"] = [fields]
         if record.exc_info:

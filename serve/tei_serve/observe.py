@@ -28,18 +28,24 @@ _SERVER_SIDE = (ErrorType.BACKEND, ErrorType.UNHEALTHY)
 
 
 class RequestSpan(msgspec.Struct, frozen=True, kw_only=True):
-    """An answered request's fields on its log line (`extra={"span": ...}`): what TEI's JSON
-    logs carry in `span` (its handler span's name and recorded fields), so a pipeline that
-    reads `span.total_time` or `span.compute_tokens` there reads them here too."""
+    """An answered request on its log line (`extra={"span": ...}`): what TEI's JSON logs carry
+    in `span` (its handler span's name and recorded fields), so a pipeline that reads
+    `span.total_time` or `span.compute_tokens` there reads them here too. Only the JSON
+    formatter renders it (`fields`): a text log line costs no formatting of it."""
 
     name: str
     model: str
-    compute_chars: int
-    compute_tokens: int
-    total_time: str
-    tokenization_time: str
-    queue_time: str
-    inference_time: str
+    meta: Metadata
+
+    def fields(self) -> dict[str, object]:
+        m = self.meta
+        return {
+            "name": self.name, "model": self.model, "compute_chars": m.compute_chars,
+            "compute_tokens": m.compute_tokens, "total_time": rust_duration(m.total_time_ns),
+            "tokenization_time": rust_duration(m.tokenization_time_ns),
+            "queue_time": rust_duration(m.queue_time_ns),
+            "inference_time": rust_duration(m.inference_time_ns),
+        }  # fmt: skip
 
 
 def log_failure(
@@ -111,13 +117,7 @@ async def observed(
     if tracing is not None:
         tracing.record(handler, route, carrier, meta, meta.total_time_ns / 1e9, model=model)
     if log.isEnabledFor(logging.INFO):
-        span = RequestSpan(
-            name=handler, model=model, compute_chars=meta.compute_chars,
-            compute_tokens=meta.compute_tokens, total_time=rust_duration(meta.total_time_ns),
-            tokenization_time=rust_duration(meta.tokenization_time_ns),
-            queue_time=rust_duration(meta.queue_time_ns),
-            inference_time=rust_duration(meta.inference_time_ns),
-        )  # fmt: skip
+        span = RequestSpan(name=handler, model=model, meta=meta)
         log.info(
             "%s model=%s inputs=%d tokens=%d total_ms=%.1f queue_ms=%.1f inference_ms=%.1f",
             route, model, n, meta.compute_tokens, meta.total_time_ns / 1e6,

@@ -47,10 +47,12 @@ def test_json_output_lines_are_all_json(
 def test_a_request_line_carries_its_span_fields_as_tei_does() -> None:
     from tei_serve.cli import JsonFormatter
     from tei_serve.observe import RequestSpan
+    from tei_serve.serving import Metadata
 
-    span = RequestSpan(name="embed", model="m", compute_chars=11, compute_tokens=4,
-                       total_time="1.203ms", tokenization_time="80µs", queue_time="12µs",
-                       inference_time="1.1ms")  # fmt: skip
+    meta = Metadata(compute_chars=11, compute_tokens=4, total_time_ns=1_203_000,
+                    tokenization_time_ns=80_000, queue_time_ns=12_000,
+                    inference_time_ns=1_100_000)  # fmt: skip
+    span = RequestSpan(name="embed", model="m", meta=meta)
     record = logging.LogRecord("tei_serve.access", logging.INFO, "/x/tei_serve/observe.py", 7,
                                "/embed model=m", None, None)  # fmt: skip
     record.span = span
