@@ -141,13 +141,12 @@ def _serve_fake(tokenizer_json: Path, *args: str) -> tuple[subprocess.Popen[str]
     return proc, url
 
 
-def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
-    tokenizer_json: Path,
-) -> None:
-    """More queued work than the shutdown grace period (here 4 s) allows: what is still
-    queued when it is nearly over is refused with TEI's 503 body, instead of uvicorn
-    cancelling the requests at its end (a bare 500 and a traceback each)."""
-    proc, url = _serve_fake(tokenizer_json, "1.0", "4")
+def _sigterm_with_requests_queued(
+    tokenizer_json: Path, delay_s: str, grace_s: str, requests: int
+) -> tuple[list[httpx.Response], str, int]:
+    """The fake model served with a short grace period, each request a batch of its own:
+    `requests` sent at once, SIGTERM once all are counted; the answers, output, exit code."""
+    proc, url = _serve_fake(tokenizer_json, delay_s, grace_s)
     try:
         answers: list[httpx.Response] = []
         lock = threading.Lock()
@@ -157,10 +156,10 @@ def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
             with lock:
                 answers.append(resp)
 
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(10)]
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(requests)]
         for t in threads:
             t.start()
-        _wait(lambda: 'te_request_count{method="single"} 10'
+        _wait(lambda: f'te_request_count{{method="single"}} {requests}'
               in httpx.get(f"{url}/metrics", timeout=5).text)  # fmt: skip
         proc.send_signal(signal.SIGTERM)
         for t in threads:
@@ -169,16 +168,25 @@ def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
     finally:
         if proc.poll() is None:
             proc.kill()
+    return answers, out, proc.returncode
+
+
+def test_work_left_at_the_end_of_the_grace_period_is_answered_503(
+    tokenizer_json: Path,
+) -> None:
+    """More queued work than the shutdown grace period (here 4 s) allows: what is still
+    queued when it is nearly over is refused with TEI's 503 body, instead of uvicorn
+    cancelling the requests at its end (a bare 500 and a traceback each)."""
+    answers, out, returncode = _sigterm_with_requests_queued(tokenizer_json, "1.0", "4", 10)
     statuses = sorted(r.status_code for r in answers)
     assert set(statuses) == {200, 503}, (statuses, out[-3000:])  # ~3 ran, the rest refused
     for r in answers:
         if r.status_code == 503:
             assert r.json() == {"error": "server is shutting down: its grace period is over",
                                 "error_type": "Unhealthy"}  # fmt: skip
-    assert proc.returncode == 0, out[-3000:]
+    assert returncode == 0, out[-3000:]
     assert "Exception in ASGI application" not in out and "Traceback" not in out
     assert "queued inputs refused with 503" in out
-
 
 
 def test_a_long_first_batch_running_at_sigterm_moves_the_refusal_earlier(
@@ -187,31 +195,10 @@ def test_a_long_first_batch_running_at_sigterm_moves_the_refusal_earlier(
     """SIGTERM while the first batch (2.5 s here) still runs: no batch has ended to say how
     long one takes, so the refusal must go by the running one, not by the fixed margin alone
     (1.5 s of a 4 s grace: the batch started then would be cut at the end, a bare 500)."""
-    proc, url = _serve_fake(tokenizer_json, "2.5", "4")
-    try:
-        answers: list[httpx.Response] = []
-        lock = threading.Lock()
-
-        def call(i: int) -> None:
-            resp = httpx.post(f"{url}/embed", json={"inputs": f"hello {i}"}, timeout=60)
-            with lock:
-                answers.append(resp)
-
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        _wait(lambda: 'te_request_count{method="single"} 4'
-              in httpx.get(f"{url}/metrics", timeout=5).text)  # fmt: skip
-        proc.send_signal(signal.SIGTERM)
-        for t in threads:
-            t.join(timeout=60)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    answers, out, returncode = _sigterm_with_requests_queued(tokenizer_json, "2.5", "4", 4)
     statuses = sorted(r.status_code for r in answers)
     assert statuses == [200, 503, 503, 503], (statuses, out[-3000:])
-    assert proc.returncode == 0, out[-3000:]
+    assert returncode == 0, out[-3000:]
     assert "Traceback" not in out
 
 def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
