@@ -5,6 +5,7 @@ A refused bundle must name the file that is wrong: the operator has to know what
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -342,3 +343,61 @@ def test_unpack_into_a_folder_that_cannot_be_written_is_one_error(
     blocker.write_text("")  # a folder under a file cannot be made, as on a read-only mount
     with pytest.raises(BundleError, match=r"cannot unpack into .*the bundle was not at fault"):
         bundle.unpack(tar, blocker / "out")
+
+
+def test_a_damaged_cached_unpack_is_unpacked_again(
+    toy_artifact: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bundle is intact but its cached unpack lost a byte on disk: the server unpacks it
+    again (warning what it found) instead of refusing to start."""
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    cache = tmp_path / "cache"
+    first = bundle.unpack_cached(tar, cache)
+    (first / "tokenizer_config.json").write_text("{}\n")
+    with caplog.at_level(logging.WARNING):
+        again = bundle.unpack_cached(tar, cache)
+    assert again == first
+    bundle.verify_folder(again)
+    assert "tokenizer_config.json: sha256 mismatch" in caplog.text and "again" in caplog.text
+    assert [p.name for p in cache.iterdir()] == [first.name]  # the damaged copy is gone
+
+
+def _bundle_listing(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    """A hand-made bundle whose listing matches its members byte for byte."""
+    import hashlib
+
+    listing = bundle.BundleManifest(
+        format=bundle.BUNDLE_FORMAT,
+        files=[
+            bundle.BundleFile(path=n, size=len(b), sha256=hashlib.sha256(b).hexdigest())
+            for n, b in files.items()
+        ],
+    )
+    tar_path = tmp_path / "crafted.tar"
+    with tarfile.open(tar_path, "w") as t:
+        data = bundle._encode(listing)
+        t.addfile(bundle._tar_info(BUNDLE_MANIFEST, len(data)), io.BytesIO(data))
+        for name, body in files.items():
+            t.addfile(bundle._tar_info(name, len(body)), io.BytesIO(body))
+    return tar_path
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"model.fp32.onnx": b"x"}, r"lists no manifest\.json"),
+        ({"manifest.json": b"{}", "sub": b"a", "sub/inner": b"b"}, r"sub both as a file and"),
+    ],
+    ids=["no-artifact-manifest", "file-and-folder"],
+)
+def test_verify_refuses_what_unpack_would(
+    tmp_path: Path, files: dict[str, bytes], message: str
+) -> None:
+    """`tei-bundle verify` saying OK must mean `unpack` works: a layout no unpack can lay
+    out is refused by both, with the same message, before a byte is written."""
+    tar = _bundle_listing(tmp_path, files)
+    with pytest.raises(BundleError, match=message):
+        bundle.verify(tar)
+    with pytest.raises(BundleError, match=message):
+        bundle.unpack(tar, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -24,6 +24,7 @@ import hashlib
 import io
 import logging
 import os
+import secrets
 import shutil
 import tarfile
 import tempfile
@@ -173,6 +174,22 @@ def _read_listing(bundle: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -
     return listing
 
 
+def _expected_files(bundle: Path, listing: BundleManifest) -> dict[str, BundleFile]:
+    """The listing by safe name, refusing a listing no unpack could lay out: verify and
+    unpack must agree, so what unpack would refuse is refused here, before any byte."""
+    expected = {_safe_name(bundle, f.path): f for f in listing.files}
+    if MANIFEST_NAME not in expected:
+        raise BundleError(f"{bundle}: lists no {MANIFEST_NAME}; not an artifact bundle")
+    for name in expected:
+        for parent in PurePosixPath(name).parents:
+            if parent.as_posix() in expected:
+                raise BundleError(
+                    f"{bundle}: {BUNDLE_MANIFEST} lists {parent.as_posix()} both as a file and "
+                    f"as the folder of {name}"
+                )
+    return expected
+
+
 class _UnpackWriteError(Exception):
     """Writing an unpacked file failed (a full disk, a read-only folder): the bundle itself
     may be fine, so this is told apart from a bundle that cannot be read."""
@@ -248,7 +265,7 @@ def _check(bundle: Path, dest: Path | None) -> BundleManifest:
             for index, member in enumerate(tar):
                 if index == 0:
                     listing = _read_listing(bundle, tar, member)
-                    expected = {_safe_name(bundle, f.path): f for f in listing.files}
+                    expected = _expected_files(bundle, listing)
                     continue
                 if member.isdir():
                     continue
@@ -342,8 +359,6 @@ def unpack(bundle: str | Path, dest: str | Path) -> Path:
 def _unpack_into(source: Path, target: Path, tmp: Path) -> None:
     try:
         listing = _check(source, tmp)
-        if not (tmp / MANIFEST_NAME).is_file():
-            raise BundleError(f"{source}: holds no {MANIFEST_NAME}; not an artifact bundle")
         # Keep the listing beside the files so that the folder can be re-verified later.
         (tmp / BUNDLE_MANIFEST).write_bytes(_encode(listing))
         publish_tree(tmp)  # mkdtemp made it 0700
@@ -359,7 +374,8 @@ def bundle_digest(bundle: Path) -> str:
 
 
 def unpack_cached(bundle: Path, cache_root: Path) -> Path:
-    """Unpack once into `cache_root/<name>-<sha256>`, reusing a verified earlier unpack.
+    """Unpack once into `cache_root/<name>-<sha256>`, reusing a verified earlier unpack (one
+    whose files were damaged since is unpacked again from the bundle).
 
     When `cache_root` cannot be written (a read-only /data), a temporary folder is used."""
     try:
@@ -390,8 +406,14 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
                     cache_root, e.strerror or e, bundle.name, base)  # fmt: skip
     target = base / f"{stem}-{digest}"
     if (target / BUNDLE_MANIFEST).is_file():
-        verify_folder(target)
-        return target
+        try:
+            verify_folder(target)
+            return target
+        except BundleError as e:
+            # The bundle itself is intact (its digest names the folder): the earlier unpack
+            # was damaged on disk since. Unpack it again rather than refuse to start.
+            log.warning("%s; unpacking %s again", e, bundle.name)
+            _discard(target)
     try:
         return unpack(bundle, target)
     except (BundleError, OSError) as e:
@@ -403,6 +425,21 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
         if isinstance(e, BundleError):
             raise
         raise BundleError(f"{bundle}: cannot unpack into {target}: {e}") from e
+
+
+def _discard(folder: Path) -> None:
+    """Move a damaged unpack out of the way in one rename, then remove it: a server starting
+    beside us never sees a half-removed folder under the cache name."""
+    aside = folder.with_name(f".{folder.name}.damaged-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        folder.replace(aside)
+    except FileNotFoundError:
+        return  # another server moved it first
+    except OSError as e:
+        raise BundleError(
+            f"{folder}: damaged and cannot be moved aside ({e.strerror or e}); remove it"
+        ) from e
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def is_bundle_file(path: Path) -> bool:
