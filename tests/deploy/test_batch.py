@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,7 +18,15 @@ import pytest
 import tei_runtime
 from tei_corpus import job
 from tei_corpus import job as job_module
-from tei_corpus.job import CorpusJobError, Job, embed_shard, finished, plan, prepare_output
+from tei_corpus.job import (
+    JOB_FILE,
+    CorpusJobError,
+    Job,
+    embed_shard,
+    finished,
+    plan,
+    prepare_output,
+)
 
 WORDS = ["hello", "world", "the", "cat", "dog", "sat", "on", "mat", "red", "blue", "green"]
 
@@ -261,6 +270,51 @@ def test_a_different_job_is_refused(toy_artifact: Path, tmp_path: Path) -> None:
     _write_jsonl(corpus, 13)
     with pytest.raises(CorpusJobError, match=r"differs in: inputs"):
         prepare_output(out, _job(toy_artifact, [corpus], 5))
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_an_input_edited_in_place_to_the_same_size_is_another_job(
+    toy_artifact: Path, tmp_path: Path, kind: str
+) -> None:
+    """A typo fixed in place keeps the size and row count: only the bytes tell the runs apart,
+    and the shards embedded from the old text must not be mixed with the new."""
+    if kind == "jsonl":
+        corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
+        edited = corpus.read_bytes().replace(b"doc-3", b"doc-X")
+    else:
+        # Plain encoding, no compression: a same-length text keeps the file's size.
+        plain = {"row_group_size": 4, "compression": "none", "use_dictionary": False}
+        texts = _texts(12)
+        corpus = tmp_path / "c.parquet"
+        pq.write_table(pa.table({"id": list(range(12)), "text": texts}), corpus, **plain)
+        texts[3] = texts[3].upper()
+        other = tmp_path / "edited.parquet"
+        pq.write_table(pa.table({"id": list(range(12)), "text": texts}), other, **plain)
+        edited = other.read_bytes()
+    out = tmp_path / "out"
+    prepare_output(out, _job(toy_artifact, [corpus], 5))
+    (out / "_part-00000.done").write_text("{}")
+    size = corpus.stat().st_size
+    corpus.write_bytes(edited)
+    assert corpus.stat().st_size == size
+    with pytest.raises(CorpusJobError, match=r"differs in: inputs\); changed since: .*c\."):
+        prepare_output(out, _job(toy_artifact, [corpus], 5))
+
+
+def test_a_job_recorded_without_input_hashes_still_resumes(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    """A folder an older tei-embed started (no sha256 per input) resumes under this one."""
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "out"
+    job = _job(toy_artifact, [corpus], 5)
+    old = msgspec.structs.replace(
+        job, inputs=[msgspec.structs.replace(f, sha256="") for f in job.inputs]
+    )
+    prepare_output(out, old)
+    (out / "_part-00000.done").write_text("{}")
+    prepare_output(out, job)  # the same job: resumes
+    assert msgspec.json.decode((out / JOB_FILE).read_bytes(), type=Job) == old
 
 
 # ---- slow: a local Ray, the real MiniLM artifact -----------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ import msgspec
 import numpy as np
 
 from tei_bundle import artifact_folder
+from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.manifest import read_manifest
 from tei_runtime.tokenization import is_text
@@ -66,6 +68,9 @@ class InputFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """jsonl | parquet"""
     size: int
     rows: int
+    sha256: str = ""
+    """Of the file's bytes: a file edited in place to the same size is a different input.
+    Empty in a job recorded by an older tei-embed, which is then compared without it."""
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -180,19 +185,22 @@ def _written_here(path: Path) -> bool:
     return ID_SOURCE_KEY in metadata
 
 
-def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int]]:
-    """Row count and the byte offset of every shard's first row (blank lines are no rows)."""
+def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int], str]:
+    """Row count, the byte offset of every shard's first row (blank lines are no rows) and
+    the file's sha256, hashed in the same pass."""
     offsets: list[int] = []
     rows = 0
     position = 0
+    digest = hashlib.sha256()
     with path.open("rb") as f:
         for line in f:
+            digest.update(line)
             if line.strip():
                 if rows % shard_rows == 0:
                     offsets.append(position)
                 rows += 1
             position += len(line)
-    return rows, offsets
+    return rows, offsets, digest.hexdigest()
 
 
 def plan(
@@ -208,14 +216,21 @@ def plan(
     for path in input_files(paths, output):
         kind = SUFFIXES[path.suffix]
         if kind == "jsonl":
-            rows, offsets = _jsonl_offsets(path, shard_rows)
+            rows, offsets, digest = _jsonl_offsets(path, shard_rows)
         else:
             try:
                 rows, offsets = pq.ParquetFile(path).metadata.num_rows, []
             except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
                 raise CorpusJobError(f"{path}: not a readable Parquet file ({e})") from e
+            digest = sha256_file(path)
         inputs.append(
-            InputFile(path=str(path.resolve()), kind=kind, size=path.stat().st_size, rows=rows)
+            InputFile(
+                path=str(path.resolve()),
+                kind=kind,
+                size=path.stat().st_size,
+                rows=rows,
+                sha256=digest,
+            )
         )
         for n, start in enumerate(range(0, rows, shard_rows)):
             shards.append(
@@ -441,6 +456,24 @@ def finished(out_dir: Path, shards: Sequence[Shard]) -> set[int]:
     return done
 
 
+def _as_recorded(job: Job, previous: Job) -> Job:
+    """`job` as the recorded one was written: an older tei-embed hashed no input."""
+    if all(f.sha256 for f in previous.inputs):
+        return job
+    inputs = [msgspec.structs.replace(f, sha256="") for f in job.inputs]
+    return msgspec.structs.replace(job, inputs=inputs)
+
+
+def _changed_inputs(previous: Job, job: Job) -> list[str]:
+    """The inputs both jobs name whose bytes differ: the file was edited under the job."""
+    before = {f.path: f for f in previous.inputs}
+    return [
+        f.path
+        for f in job.inputs
+        if f.path in before and (before[f.path].size, before[f.path].sha256) != (f.size, f.sha256)
+    ]
+
+
 def prepare_output(out_dir: Path, job: Job) -> None:
     """Record the job, or check that a resumed run is the same job."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -450,14 +483,19 @@ def prepare_output(out_dir: Path, job: Job) -> None:
             previous = msgspec.json.decode(path.read_bytes(), type=Job)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise CorpusJobError(f"{path}: damaged ({e}); remove {out_dir} to start over") from e
-        if previous != job and not any(out_dir.glob("_part-*.done")):
+        compared = _as_recorded(job, previous)
+        if previous != compared and not any(out_dir.glob("_part-*.done")):
             # The earlier job finished no shard (it failed at once): nothing of it to mix.
             log.info("%s: the earlier job there finished no shard; recording this one", out_dir)
-        elif previous != job:
-            fields = [f for f in Job.__struct_fields__ if getattr(previous, f) != getattr(job, f)]
+        elif previous != compared:
+            fields = [
+                f for f in Job.__struct_fields__ if getattr(previous, f) != getattr(compared, f)
+            ]
+            changed = _changed_inputs(previous, compared)
             raise CorpusJobError(
-                f"{out_dir} holds another job's shards (it differs in: {', '.join(fields)}); "
-                "use a new output folder, or rerun with the same inputs and options"
+                f"{out_dir} holds another job's shards (it differs in: {', '.join(fields)})"
+                + (f"; changed since: {', '.join(changed)}" if changed else "")
+                + "; use a new output folder, or rerun with the same inputs and options"
             )
         else:
             return
