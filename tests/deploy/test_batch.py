@@ -4,6 +4,7 @@ real thing on a local Ray with the MiniLM artifact, including a resumed run (slo
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -257,6 +258,42 @@ def test_shards_vectors_markers_and_resume_set(toy_artifact: Path, tmp_path: Pat
     (out / "_part-00002.done").write_text("{")
     assert finished(out, shards) == {0}
     assert not list(out.glob(".*tmp*"))
+
+
+def test_progress_is_logged_as_each_marker_lands(
+    toy_artifact: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One line per shard, when its marker lands (not when Ray hands the result back): the
+    watcher sees shard 1 while shard 0 is still running, and each shard only once."""
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "out"
+    job = _job(toy_artifact, [corpus], 5)
+    prepare_output(out, job)
+    _, shards = plan([corpus], 5)
+    model = tei_runtime.load(toy_artifact, device="cpu")
+    progress = job_module.ProgressLog(out, shards)
+    with caplog.at_level(logging.INFO, logger="tei_embed"):
+        embed_shard(model, job, shards[1], out)
+        progress.poll()
+        assert caplog.messages == ["shard part-00001 done: 1/3 shards, 5/12 rows, " + _rate(caplog)]
+        progress.poll()  # nothing new: nothing logged
+        (out / "_part-00002.done").write_text("{")  # torn: not done, not logged
+        progress.poll()
+        assert len(caplog.messages) == 1
+        with progress:
+            for shard in (shards[0], shards[2]):
+                embed_shard(model, job, shard, out)
+    lines = [m.split(",")[0] for m in caplog.messages]
+    assert lines == [
+        "shard part-00001 done: 1/3 shards",
+        "shard part-00000 done: 2/3 shards",
+        "shard part-00002 done: 3/3 shards",
+    ]
+    assert "12/12 rows" in caplog.messages[-1]
+
+
+def _rate(caplog: pytest.LogCaptureFixture) -> str:
+    return caplog.messages[-1].rsplit(", ", 1)[-1]
 
 
 def test_a_different_job_is_refused(toy_artifact: Path, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -678,28 +679,77 @@ def _run_locked(
         num_cpus=threads_per_actor,
         batch_format="numpy",
     )
-    started = time.monotonic()
-    embedded_rows = 0
     embedded = 0
-    for row in _rows(dataset):
-        if row.get("error"):
-            raise CorpusJobError(f"shard {part_name(int(row['index']))}: {row['error']}")
-        embedded += 1
-        embedded_rows += int(row["rows"])
-        rate = embedded_rows / max(time.monotonic() - started, 1e-9)
-        log.info(
-            "shard %s done: %d/%d shards, %d/%d rows, %.0f rows/s",
-            part_name(int(row["index"])),
-            embedded,
-            len(todo),
-            embedded_rows,
-            total_rows,
-            rate,
-        )
+    with ProgressLog(out_dir, todo):
+        for row in _rows(dataset):
+            if row.get("error"):
+                raise CorpusJobError(f"shard {part_name(int(row['index']))}: {row['error']}")
+            embedded += 1
     if mismatch := id_mismatch(out_dir, shards):
         # Every vector is written and right: said loudly, not a failed job.
         log.warning("%s", mismatch)
     return {"embedded": embedded, "skipped": len(done), "total": len(shards)}
+
+
+PROGRESS_POLL_SECONDS = 1.0
+
+
+class ProgressLog:
+    """Logs each shard as its done marker lands, from a thread watching the output folder.
+
+    Ray Data hands the driver a shard's result only once the next block is buffered, so a
+    progress line from the result loop came one shard late (the last ones all at the end);
+    the marker is written the moment the shard's vectors are safe. The driver can see the
+    markers: it reads them to resume, so the output folder is shared with the actors."""
+
+    def __init__(self, out_dir: Path, todo: Sequence[Shard]) -> None:
+        self._out_dir = out_dir
+        self._todo = list(todo)
+        self._rows = {s.index: s.rows for s in todo}
+        self._logged: set[int] = set()
+        self._logged_rows = 0
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tei-embed-progress", daemon=True)
+
+    def __enter__(self) -> ProgressLog:
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if exc[0] is None:
+            self.poll()  # the last markers, landed since the last look
+
+    def _watch(self) -> None:
+        while not self._stop.wait(PROGRESS_POLL_SECONDS):
+            self.poll()
+
+    def poll(self) -> None:
+        try:  # one listing, not a stat per pending shard: a corpus may have 10^5 shards
+            names = {p.name for p in self._out_dir.iterdir()}
+        except OSError:
+            return
+        pending = [
+            s
+            for s in self._todo
+            if s.index not in self._logged and done_marker(self._out_dir, s.index).name in names
+        ]
+        for index in sorted(finished(self._out_dir, pending)):
+            self._logged.add(index)
+            self._logged_rows += self._rows[index]
+            rate = self._logged_rows / max(time.monotonic() - self._started, 1e-9)
+            log.info(
+                "shard %s done: %d/%d shards, %d/%d rows, %.0f rows/s",
+                part_name(index),
+                len(self._logged),
+                len(self._todo),
+                self._logged_rows,
+                sum(self._rows.values()),
+                rate,
+            )
 
 
 def check_cpus(threads_per_actor: int, cpus: float, *, local: bool) -> None:
