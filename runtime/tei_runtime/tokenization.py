@@ -111,6 +111,20 @@ def cut_point(text: str, budget: int, direction: Direction) -> str:
     return text[start:]
 
 
+def _cut_bytes(text: str, size: int, direction: Direction) -> str:
+    """`text` cut to `size` UTF-8 bytes at the kept end, as Rust's `String::truncate` cuts
+    when the index is a character boundary (TEI checks that, and cuts nothing where not).
+    A left cut keeps the last bytes: the end left truncation keeps, as `cut_long` does."""
+    data = text.encode("utf-8", "surrogatepass")  # a lone surrogate is refused later
+    if len(data) <= size:
+        return text
+    at = size if direction == "right" else len(data) - size
+    if data[at] & 0xC0 == 0x80:  # a continuation byte: inside a character
+        return text
+    kept = data[:at] if direction == "right" else data[at:]
+    return kept.decode("utf-8", "surrogatepass")
+
+
 def is_text(value: str) -> bool:
     """Whether `value` is text UTF-8 can encode (Python strings may hold lone surrogates,
     from JSON's `\\ud83d` escapes, which no tokenizer takes)."""
@@ -173,6 +187,20 @@ class Tokenizer:
                 return cut
         return text[-budget:] if direction == "left" else text[:budget]
 
+    def cut_pair(self, query: str, passage: str, direction: Direction) -> tuple[str, str]:
+        """A pair cut as TEI cuts it before tokenizing, and no further.
+
+        Longest-first truncation gives the odd token of the budget to the side with more
+        tokens, so each side must keep its full token count: cutting each side on its own
+        (as `cut_long` does a text) can make the longer side the shorter one. TEI cuts a
+        pair only when it holds more than max_input_length * 250 characters, each side then
+        to half that many bytes (left untouched where that byte is inside a character); what
+        it tokenizes is bounded by the payload limit, as here."""
+        limit = self.max_input_length * MAX_CHARS_PER_TOKEN
+        if len(query) + len(passage) <= limit:
+            return query, passage
+        return _cut_bytes(query, limit // 2, direction), _cut_bytes(passage, limit // 2, direction)
+
     def _count(self, text: str) -> int:
         try:
             return len(self._plain.encode(text, add_special_tokens=False).ids)
@@ -208,8 +236,7 @@ class Tokenizer:
                 query, passage = str(item[0]), str(item[1])
                 query = prefix + query if prefix else query
                 if truncate:
-                    query = self.cut_long(query, truncation_direction)
-                    passage = self.cut_long(passage, truncation_direction)
+                    query, passage = self.cut_pair(query, passage, truncation_direction)
                 texts.append((query, passage))
                 where.append(i)
             else:

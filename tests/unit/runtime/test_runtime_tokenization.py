@@ -262,3 +262,43 @@ def test_a_pair_may_be_a_list_of_two_strings(embed_artifact: Built) -> None:
     m = load(embed_artifact.root)
     assert m.encode([["cat dog", "dog"]]) == m.encode([("cat dog", "dog")])
     assert m.encode([[5, 6]])[0].ids == (5, 6)  # two ints are still token ids
+
+
+def _split(enc: object) -> tuple[int, int]:
+    """Tokens of the query and of the passage in a pair's encoding (specials left out)."""
+    type_ids = enc.type_ids  # type: ignore[attr-defined]
+    return type_ids.count(0) - 2, type_ids.count(1) - 1
+
+
+@pytest.mark.parametrize("direction", ["right", "left"])
+def test_a_pair_keeps_which_side_is_longer(embed_artifact: Built, direction: str) -> None:
+    """Longest-first gives the odd token of the pair budget (16 - 3 specials = 13) to the
+    side with more tokens. The query here has more tokens but more characters per token:
+    a cut of each side to a few characters a token would make it the shorter side, and the
+    split would flip (TEI cuts nothing under 16 * 250 characters)."""
+    m = load(embed_artifact.root)
+    query = "cat " * 200  # 800 chars, 200 tokens
+    passage = "a!" * 90  # 180 chars, 180 tokens
+    assert len(query) > 16 * CHARS_PER_TOKEN and len(query + passage) < 16 * MAX_CHARS_PER_TOKEN
+    plain = m.tokenizer._left if direction == "left" else m.tokenizer._right
+    expected = plain.encode(query, passage)
+    (enc,) = m.encode([(query, passage)], truncation_direction=direction)  # type: ignore[arg-type]
+    assert enc.ids == tuple(expected.ids)
+    assert _split(enc) == (7, 6)
+    (swapped,) = m.encode([(passage, query)], truncation_direction=direction)  # type: ignore[arg-type]
+    assert _split(swapped) == (6, 7)
+
+
+def test_a_long_pair_is_cut_as_tei_cuts_it(embed_artifact: Built) -> None:
+    """Over 16 * 250 characters, TEI cuts each side to 2,000 bytes before tokenizing; a
+    side whose 2,000th byte is inside a character it leaves whole."""
+    m = load(embed_artifact.root)
+    half = 16 * MAX_CHARS_PER_TOKEN // 2
+    long = "cat " * 3000
+    assert m.tokenizer.cut_pair(long, "dog", "right") == (long[:half], "dog")
+    assert m.tokenizer.cut_pair(long, "dog", "left") == (long[-half:], "dog")
+    accented = "é" * 4500  # 2 bytes each: byte 2,000 starts a character
+    assert m.tokenizer.cut_pair(accented, "x", "right")[0] == "é" * (half // 2)
+    odd = "a" + "é" * 4500  # byte 2,000 is the second half of an é
+    assert m.tokenizer.cut_pair(odd, "x", "right")[0] == odd
+    assert m.tokenizer.cut_pair("cat " * 10, "dog", "right") == ("cat " * 10, "dog")
