@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
@@ -189,23 +190,58 @@ GET_HEAD = [HttpMethod.GET, HttpMethod.HEAD]
 def decode(body: bytes, type_: type[T]) -> T:
     """The one way a request body becomes a request: every failure is TEI's 400 or 422.
 
-    Malformed JSON (a syntax error, invalid UTF-8, a `NaN` literal, a body that stops halfway,
-    nesting deeper than the interpreter's recursion limit) answers 400; JSON of the wrong shape
-    (a wrong type, a missing field, a number out of range, a known field given twice) 422, as
-    axum's `Json` does with serde.
+    Malformed JSON (a syntax error, invalid UTF-8, a `NaN` literal, a number past float64, a
+    body that stops halfway, a field nested past serde_json's depth limit or the interpreter's
+    recursion limit) answers 400; JSON of the wrong shape (a wrong type, a missing field, a
+    number out of its field's range, a known field given twice) 422, as axum's `Json` does
+    with serde.
     """
     try:
         value: T = DECODERS[type_].decode(body)
     except msgspec.ValidationError as e:
+        if str(e).startswith(_FLOAT_OVERFLOW):  # serde_json's NumberOutOfRange: syntax, 400
+            raise BodyError(f"{_SYNTAX}: {e}", status=400) from e
         raise BodyError(f"{_SHAPE}: {e}") from e
     except msgspec.DecodeError as e:
         raise BodyError(f"{_SYNTAX}: {_syntax_detail(body, e)}", status=400) from e
     except RecursionError as e:
         raise BodyError(f"{_SYNTAX}: nested too deeply", status=400) from e
+    # Three brackets in a row are past any shape a request has (token ids nest two deep):
+    # only then is the value walked for serde_json's depth limit.
+    if b"[[[" in body and _nesting(value) >= SERDE_DEPTH_LIMIT:
+        raise BodyError(f"{_SYNTAX}: recursion limit exceeded", status=400)
     duplicate = _duplicate_field(body, KEY_PATTERNS[type_], FIELD_NAMES[type_])
     if duplicate is not None:
         raise BodyError(f"{_SHAPE}: duplicate field `{duplicate}`")
     return value
+
+
+SERDE_DEPTH_LIMIT = 128
+"""serde_json refuses a value nested this deep (the body's object counts as one) while
+deserializing it, a syntax error TEI answers 400; the fields decoded as any JSON (`inputs`)
+are where a request can nest that far and reach the handler."""
+
+
+def _nesting(request: object) -> int:
+    """How many arrays and objects deep the request's decoded fields go, the request's own
+    object counting as one (as serde_json counts)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(request, 1)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(value, msgspec.Struct):
+            items: Iterable[object] = (getattr(value, f) for f in value.__struct_fields__)
+        elif isinstance(value, dict):
+            items = value.values()
+        elif isinstance(value, list):
+            items = value
+        else:
+            continue
+        stack.extend(
+            (item, depth + 1) for item in items if isinstance(item, list | dict | msgspec.Struct)
+        )
+    return deepest
 
 
 def _syntax_detail(body: bytes, error: msgspec.DecodeError) -> str:
@@ -223,6 +259,8 @@ _LONE_HIGH_SURROGATE = re.compile(
     rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
 )
 
+_FLOAT_OVERFLOW = "Number out of range"
+"""msgspec's words for a number literal past float64 (`1e400`)."""
 _SHAPE = "Failed to deserialize the JSON body into the target type"
 _SYNTAX = "Failed to parse the request body as JSON"
 
