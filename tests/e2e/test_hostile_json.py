@@ -21,6 +21,7 @@ BODIES: dict[str, tuple[bytes | None, int | set[int]]] = {
     "stops before any field": (b'{"truncate": tr', 400),
     "duplicate keys": (None, 422),
     "huge number": (None, 422),
+    "past float64": (None, 400),  # serde_json's NumberOutOfRange, a syntax error
 }
 DUPLICATE = {
     "/rerank": b'{"query": "q", "texts": ["a"], "texts": ["b"]}',
@@ -39,12 +40,20 @@ BAD_UTF8 = {
     "/embeddings": b'{"input": "\xff\xfe"}',
 }
 HUGE = {
-    "/rerank": b'{"query": "q", "texts": ["a"], "raw_scores": 1e999}',
-    "/similarity": b'{"inputs": {"source_sentence": "a", "sentences": [1e999]}}',
+    "/rerank": b'{"query": "q", "texts": ["a"], "raw_scores": 123456789012345678901234567890}',
+    "/similarity": b'{"inputs": {"source_sentence": "a", "sentences": [12345678901234567890]}}',
     "/decode": b'{"ids": [123456789012345678901234567890]}',
-    "/tokenize": b'{"inputs": "a", "add_special_tokens": 1e999}',
+    "/tokenize": b'{"inputs": "a", "add_special_tokens": 123456789012345678901234567890}',
     "/v1/embeddings": b'{"input": "a", "dimensions": 123456789012345678901234567890}',
     "/embeddings": b'{"input": [4294967296]}',
+}
+OVERFLOW = {
+    "/rerank": b'{"query": "q", "texts": ["a"], "raw_scores": 1e999}',
+    "/similarity": b'{"inputs": {"source_sentence": "a", "sentences": [1e999]}}',
+    "/decode": b'{"ids": [1e999]}',
+    "/tokenize": b'{"inputs": "a", "add_special_tokens": 1e999}',
+    "/v1/embeddings": b'{"input": "a", "dimensions": 1e999}',
+    "/embeddings": b'{"input": [1e999]}',
 }
 
 
@@ -60,6 +69,7 @@ def _body(route: str, case: str, task: Task) -> bytes:
         "duplicate keys": (DUPLICATE, b'{"inputs": "a", "inputs": "b"}'),
         "invalid UTF-8": (BAD_UTF8, b'{"inputs": "\xff\xfe"}'),
         "huge number": (HUGE, b'{"inputs": [4294967296]}'),
+        "past float64": (OVERFLOW, b'{"inputs": [1e999]}'),
     }[case]
     return table.get(route, default)
 
