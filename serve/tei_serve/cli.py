@@ -129,7 +129,7 @@ class ModelLoadError(RuntimeError):
 def export_options(settings: Settings, index: int) -> ExportOptions:
     """What the index-th --model-id is exported with if it is a checkpoint."""
     return ExportOptions(
-        pooling=settings.pooling,
+        pooling=settings.pooling_of(index),
         task=settings.task_of(index),
         dense_path=settings.dense_path_of(index),
         adapter=settings.adapter_of(index),
@@ -143,15 +143,17 @@ def load_model(
     *,
     intra_op_threads: int | None = None,
     options: ExportOptions | None = None,
+    index: int = 0,
 ) -> tuple[Model, str]:
-    """Resolve and load one model (`model_id`, default the first --model-id); `options` are
-    what it is exported with on first start (default: the first model's flags)."""
+    """Resolve and load one model (`model_id`, default the first --model-id) with the flags of
+    the index-th --model-id; `options` are what it is exported with on first start (default:
+    that model's flags)."""
     import tei_runtime
 
-    options = options or export_options(settings, 0)
+    options = options or export_options(settings, index)
     artifact, model_id = resolve(
         model_id if model_id is not None else settings.model_id,
-        revision=settings.revision,
+        revision=settings.revision_of(index),
         token=settings.hf_token,
         cache_dir=settings.huggingface_hub_cache,
         options=options,
@@ -164,14 +166,14 @@ def load_model(
     model = tei_runtime.load(
         artifact,
         device=settings.device,
-        dtype=settings.dtype or "auto",
+        dtype=settings.dtype_of(index) or "auto",
         intra_op_threads=intra_op_threads or settings.intra_op_threads,
         max_batch_tokens=settings.max_batch_tokens,
         cache_dir=None,
         # TEI cuts the model's length to the batch budget (check_limits allowed it).
         max_input_length=settings.max_batch_tokens,
         # As TEI, --pooling overrides an embedder's pooling and means nothing to a head.
-        pooling=settings.pooling if manifest.task in (Task.EMBED, Task.SPARSE) else None,
+        pooling=settings.pooling_of(index) if manifest.task in (Task.EMBED, Task.SPARSE) else None,
     )
     return model, model_id
 
@@ -249,9 +251,7 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
     loaded: list[tuple[Model, LoadedModel]] = []
     for i, wanted in enumerate(ids):
         try:
-            model, model_id = load_model(
-                settings, wanted, intra_op_threads=threads, options=export_options(settings, i)
-            )
+            model, model_id = load_model(settings, wanted, intra_op_threads=threads, index=i)
             warm_up(model, settings)
         except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
             if not several:
@@ -261,7 +261,8 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
             name = settings.served_model_names[i]
         else:
             name = served_name(model_id) if several else model_id
-        loaded.append((model, LoadedModel(model=model, model_id=model_id, served_model_name=name)))
+        loaded.append((model, LoadedModel(model=model, model_id=model_id, served_model_name=name,
+                                          revision=settings.revision_of(i))))  # fmt: skip
     check_default_prompt_name(settings, [m for _, m in loaded])
     return loaded
 

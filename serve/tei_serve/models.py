@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from tei_serve.errors import UnhealthyError
-from tei_serve.metrics import MetricFamilies
+from tei_serve.errors import TeiError, UnhealthyError
+from tei_serve.metrics import Method, MetricFamilies
 from tei_serve.model import ServedModel
 from tei_serve.routing import Candidate, Route, choose
 from tei_serve.serving import ClassifierModel, EmbeddingModel, ModelInfo, Serving, Shared
@@ -54,6 +54,8 @@ class LoadedModel(msgspec.Struct, frozen=True, kw_only=True):
     model: ServedModel
     model_id: str
     served_model_name: str
+    revision: str | None = None
+    """Its --revision (what /info reports as `model_sha`, as TEI does)."""
 
 
 class Models:
@@ -98,10 +100,19 @@ class Models:
 
     # -- routing --------------------------------------------------------------------------
 
-    def pick(self, route: Route, requested: str | None) -> Serving:
+    def pick(self, route: Route, requested: str | None, method: Method | None = None) -> Serving:
         """The model that answers `route` for a request naming `requested` (None: none named);
-        `ModelChoiceError` (422) or `UnknownModelError` (404) when there is no such one."""
-        return self.servings[choose(self.candidates, route, requested)]
+        `ModelChoiceError` (422) or `UnknownModelError` (404) when there is no such one.
+
+        A request counted in `te_request_count` (its `method` given) that no model can take
+        is counted there with no `model` label, as its failure is: TEI counts a request before
+        anything can fail it, so failures never outnumber requests."""
+        try:
+            return self.servings[choose(self.candidates, route, requested)]
+        except TeiError:
+            if method is not None:
+                self.families.inc("te_request_count", method)
+            raise
 
     def described(self, requested: str | None) -> Serving:
         """The model an Info call describes: the named one, else the first."""
@@ -192,7 +203,8 @@ def build_models(settings: Settings, loaded: Sequence[LoadedModel]) -> Models:
     if len(loaded) == 1:
         [one] = loaded
         return Models.of(Serving(settings=settings, model=one.model, model_id=one.model_id,
-                                 served_model_name=one.served_model_name))  # fmt: skip
+                                 served_model_name=one.served_model_name,
+                                 revision=one.revision))  # fmt: skip
     shared = Shared(
         settings,
         max_input_length=max(m.model.max_input_length for m in loaded),
@@ -200,7 +212,7 @@ def build_models(settings: Settings, loaded: Sequence[LoadedModel]) -> Models:
     )
     servings = [
         Serving(settings=settings, model=m.model, model_id=m.model_id,
-                served_model_name=m.served_model_name, shared=shared)
+                served_model_name=m.served_model_name, revision=m.revision, shared=shared)
         for m in loaded
     ]  # fmt: skip
     return Models(servings, shared=shared)

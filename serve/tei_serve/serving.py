@@ -376,12 +376,16 @@ class Serving:
         model: ServedModel,
         model_id: str,
         served_model_name: str | None = None,
+        revision: str | None = None,
         shared: Shared | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.settings = settings
         self.model = model
         self.model_id = model_id
+        self.revision = revision
+        """Its --revision, reported as /info's `model_sha` (TEI's), else the artifact's
+        commit."""
         self.served_model_name: str = served_model_name or settings.served_model_name or model_id
         """The name requests pick this model by, and the `model` of OpenAI answers."""
         self._warned_model_name = False
@@ -397,6 +401,11 @@ class Serving:
         no model has; a model without it, beside one with it, serves without it)."""
         self.output: Output = output_for_task(self.task)
         """The forward this model serves."""
+        embeds = self.task in (Task.EMBED, Task.SPARSE)
+        self.default_prompt = settings.default_prompt if shared is None or embeds else None
+        """--default-prompt, with several models for the embedders only: a query prefix meant
+        for the embedder would otherwise show in a reranker's /tokenize, which never scores
+        with it."""
         self._owns_shared = shared is None
         self.shared = shared if shared is not None else Shared(
             settings, max_input_length=model.max_input_length, model_label=False
@@ -417,7 +426,7 @@ class Serving:
             max_concurrent_requests=settings.max_concurrent_requests,
             pool=self.shared.pool,
             default_prompt_name=self.default_prompt_name,
-            default_prompt=settings.default_prompt,
+            default_prompt=self.default_prompt,
             clock=clock,
         )
         self.tracing: Tracing | None = self.shared.tracing
@@ -730,7 +739,7 @@ class Serving:
         precision = self.model.precision.value
         return ModelInfo(
             model_id=self.model_id,
-            model_sha=s.revision or m.source.commit_sha,
+            model_sha=self.revision or m.source.commit_sha,
             model_dtype=_DTYPES.get(precision, precision),
             served_model_name=self.served_model_name,
             model_type=model_type,

@@ -55,12 +55,18 @@ class SettingsError(ValueError):
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model_ids: tuple[str, ...] = ()
     """--model-id, repeated to serve several models (empty: the bundled default)."""
-    revision: str | None = None
     tokenization_workers: int | None = None
-    dtype: str | None = None
+    revisions: tuple[str, ...] = ()
+    """--revision: one for every --model-id, or one per --model-id in the same order (`auto`:
+    the default branch), or none."""
+    dtypes: tuple[str, ...] = ()
+    """--dtype: one for every --model-id, or one per --model-id in order (`auto`: the host's
+    pick), or none."""
     served_model_names: tuple[str, ...] = ()
     """--served-model-name, one per --model-id in the same order (or none)."""
-    pooling: str | None = None
+    poolings: tuple[str, ...] = ()
+    """--pooling: one for every --model-id, or one per --model-id in order (`auto`: the
+    model's own), or none."""
     tasks: tuple[str, ...] = ()
     """--task, one per --model-id in the same order (or none): what a checkpoint exported on
     first start becomes; `auto` detects it from the architecture."""
@@ -121,6 +127,33 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def served_model_name(self) -> str | None:
         """The first --served-model-name."""
         return self.served_model_names[0] if self.served_model_names else None
+
+    @property
+    def dtype(self) -> str | None:
+        """The first model's --dtype (None: the host's pick)."""
+        return self.dtype_of(0)
+
+    @property
+    def revision(self) -> str | None:
+        """The first model's --revision."""
+        return self.revision_of(0)
+
+    @property
+    def pooling(self) -> str | None:
+        """The first model's --pooling."""
+        return self.pooling_of(0)
+
+    def dtype_of(self, index: int) -> str | None:
+        """The --dtype of the index-th --model-id; None: the host's pick."""
+        return _one_of(self.dtypes, index)
+
+    def revision_of(self, index: int) -> str | None:
+        """The --revision of the index-th --model-id; None: the default branch."""
+        return _one_of(self.revisions, index)
+
+    def pooling_of(self, index: int) -> str | None:
+        """The --pooling of the index-th --model-id; None: the model's own."""
+        return _one_of(self.poolings, index)
 
     def task_of(self, index: int) -> Task | None:
         """The --task given for the index-th --model-id; None: detect it."""
@@ -202,6 +235,8 @@ def _port(value: str) -> int:
 
 
 def _pooling(value: str) -> str:
+    if value == AUTO:
+        return value
     try:
         return Pooling.named(value).value
     except ValueError:
@@ -231,6 +266,18 @@ def _dtype(value: str) -> str:
         return parse_dtype(value).value
     except ProviderError as e:
         raise argparse.ArgumentTypeError("dtype must be one of float32, float16, int8") from e
+
+
+AUTO = "auto"
+"""In a per-model list of --dtype, --revision or --pooling: nothing given for that model."""
+
+
+def _one_of(values: tuple[str, ...], index: int) -> str | None:
+    """A flag given once applies to every model; given per model, the index-th."""
+    if not values:
+        return None
+    value = values[0] if len(values) == 1 else values[index]
+    return None if value == AUTO else value
 
 
 @dataclass(frozen=True)
@@ -263,17 +310,23 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--model-id", str, "Artifact folder, checkpoint folder or hub id (exported on first "
             "start); repeat it (or comma-separate MODEL_ID) to serve several models from one "
             "process. Default: the bundled all-MiniLM-L6-v2.", multiple=True, field="model_ids"),
-    _Option("--revision", str, "Hub revision (branch, tag or commit) of --model-id."),
+    _Option("--revision", str, "Hub revision (branch, tag or commit) of --model-id; with "
+            "several models one for all, or repeat it in --model-id order (auto: the default "
+            "branch).", multiple=True, field="revisions"),
     _Option("--tokenization-workers", _positive_int,
             "Tokenizer threads. Default: CPU cores - 1, clamped to 1..64."),
-    _Option("--dtype", _dtype, "Variant to load: float32, float16 or int8 (or fp32, fp16)."),
+    _Option("--dtype", _dtype, "Variant to load: float32, float16 or int8 (or fp32, fp16); "
+            "with several models one for all, or repeat it in --model-id order (auto: the "
+            "host's pick).", multiple=True, field="dtypes"),
     _Option("--served-model-name", str, "Name requests pick the model by and OpenAI responses "
             "return; with several models repeat it, in --model-id order. Default: the model id "
             "(several models: its last path part).", multiple=True, field="served_model_names"),
     _Option("--pooling", _pooling, "Override the model's pooling: cls, mean, splade, "
             "last-token. A checkpoint is exported with it; an artifact that pools outside its "
             "graph pools this way instead (one that pools inside, or SPLADE, fails with how "
-            "to re-export). Classifier and reranker heads ignore it, as in TEI."),
+            "to re-export). Classifier and reranker heads ignore it, as in TEI. With several "
+            "models one for all, or repeat it in --model-id order (auto: the model's own).",
+            multiple=True, field="poolings"),
     _Option("--task", _task, "What a checkpoint exported on first start becomes: auto (from "
             "its architecture, as TEI does), embed, classify, rerank or sparse; `rerank` on a "
             "*ForCausalLM is a generative reranker (Qwen3-Reranker). With several models repeat "
@@ -385,6 +438,14 @@ def _check_models(values: dict[str, Any]) -> None:
             raise SettingsError(
                 f"{flag} is given {len(given)} times for {models} --model-id: give one per "
                 "model, in the same order, or none"
+            )
+    for flag, key in (("--revision", "revisions"), ("--dtype", "dtypes"),
+                      ("--pooling", "poolings")):  # fmt: skip
+        given = values.get(key, [])
+        if len(given) > 1 and len(given) != models:
+            raise SettingsError(
+                f"{flag} is given {len(given)} times for {models} --model-id: give one for "
+                "every model, or one per model in the same order"
             )
     if any(not n.strip() for n in names):
         raise SettingsError("--served-model-name is empty: give each model a name, or none")

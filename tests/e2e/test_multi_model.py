@@ -184,6 +184,16 @@ def test_metrics_carry_the_model_label(multi: Multi) -> None:
     # tokenization refuses); failed routing: none
     assert 'te_request_failure{model="emb",err="tokenization"} 1' in text
     assert 'te_request_failure{err="validation"} 1' in text
+    # ... and the request no model took is counted as received, with no label either: TEI
+    # counts a request before anything fails it, so failures never outnumber requests
+    assert 'te_request_count{method="single"} 1' in text
+    for named, status in (("nope", 404), (5, 422)):
+        r = c.post("/rerank", json={"query": "q", "texts": ["a"], "model": named})
+        assert r.status_code == status
+    assert c.post("/tokenize", json={"inputs": "a", "model": "nope"}).status_code == 404
+    text = c.get("/metrics").text
+    assert 'te_request_count{method="batch"} 2' in text  # /tokenize counts no request, as TEI
+    assert 'te_request_failure{err="validation"} 4' in text
     assert c.post("/embed", json={"inputs": "a", "dimensions": 0}).status_code == 422
     assert 'te_request_failure{model="emb",err="validation"} 1' in c.get("/metrics").text
     # /vertex: an instance naming no served model fails before any model, not under the
@@ -192,7 +202,7 @@ def test_metrics_carry_the_model_label(multi: Multi) -> None:
     assert c.post("/vertex", json=vertex).status_code == 404
     text = c.get("/metrics").text
     assert 'te_request_failure{model="emb",err="validation"} 1' in text
-    assert 'te_request_failure{err="validation"} 2' in text
+    assert 'te_request_failure{err="validation"} 5' in text
 
 
 def test_health_needs_every_model(multi: Multi) -> None:
@@ -362,3 +372,24 @@ def test_default_prompt_name_where_the_model_has_it_and_utf8_header_names(
         check_default_prompt_name(settings, [loaded[1]])
     with pytest.raises(SettingsError, match=r"Available prompts: \['query'\]"):
         check_default_prompt_name(loopback(default_prompt_name="passage"), [loaded[0]])
+
+
+def test_default_prompt_prefixes_the_embedders_only(tokenizer_json: Path) -> None:
+    """--default-prompt is an embedder's query prefix: beside it, a reranker's /tokenize
+    shows what the reranker scores, without it. Alone, a reranker keeps TEI's behaviour."""
+    m = Multi(_models(tokenizer_json, default_prompt="query "))
+    try:
+        first = {}
+        for name in ("emb", "rr", "cls"):
+            r = m.client.post("/tokenize", json={"inputs": "hello", "model": name})
+            assert r.status_code == 200, r.text
+            first[name] = r.json()[0][1]["text"]
+        assert first == {"emb": "query", "rr": "hello", "cls": "hello"}
+    finally:
+        for s in m.models.servings:
+            s.model.gate.set()  # type: ignore[attr-defined]
+        m.stop()
+    alone = build_models(loopback(default_prompt="query "),
+                         [LoadedModel(model=FakeModel(tokenizer_json, Task.RERANK),
+                                      model_id="org/rr", served_model_name="rr")])  # fmt: skip
+    assert [s.default_prompt for s in alone.servings] == ["query "]

@@ -237,10 +237,12 @@ class TeiServices:
         """Set when the server begins to stop: a call cancelled from then on was cut by the
         shutdown, not left by its client."""
 
-    def pick(self, route: Route, call: Call) -> Serving:
+    def pick(self, route: Route, call: Call, method: Method | None = None) -> Serving:
         # With one model the name is ignored, so it is not read either (a name that is not
-        # UTF-8 is no error then).
-        serving = self.models.pick(route, call.model() if self.models.several else None)
+        # UTF-8 is no error then). `method`: the call is counted in te_request_count.
+        serving = self.models.pick(
+            route, call.model() if self.models.several else None, method
+        )
         call.picked = serving.served_model_name
         return serving
 
@@ -332,7 +334,7 @@ class TeiServices:
 
     async def _embed(self, req: pb.EmbedRequest, call: Call) -> pb.EmbedResponse:
         normalize = _optional(req, "normalize")
-        serving = self.pick(Route.EMBED, call)
+        serving = self.pick(Route.EMBED, call, "single")
         q = EmbedQuery(
             inputs=[req.inputs], truncate=req.truncate,
             truncation_direction=direction(req.truncation_direction),
@@ -347,7 +349,7 @@ class TeiServices:
     async def _embed_sparse(
         self, req: pb.EmbedSparseRequest, call: Call
     ) -> pb.EmbedSparseResponse:
-        serving = self.pick(Route.EMBED_SPARSE, call)
+        serving = self.pick(Route.EMBED_SPARSE, call, "single")
         r = await self.observed(call, serving, serving.embed_sparse(_embed_all_query(req)),
                                 handler="embed_sparse", family="embed", n=1)  # fmt: skip
         v = r.vectors[0]
@@ -358,7 +360,7 @@ class TeiServices:
         )
 
     async def _embed_all(self, req: pb.EmbedAllRequest, call: Call) -> pb.EmbedAllResponse:
-        serving = self.pick(Route.EMBED_ALL, call)
+        serving = self.pick(Route.EMBED_ALL, call, "single")
         r = await self.observed(call, serving, serving.embed_all(_embed_all_query(req)),
                                 handler="embed_all", family="embed", n=1)  # fmt: skip
         tokens = [pb.TokenEmbedding(embeddings=row) for row in r.vectors[0]]
@@ -369,7 +371,7 @@ class TeiServices:
     async def _predict_one(
         self, inputs: str | list[str], req: pb.PredictRequest | pb.PredictPairRequest, call: Call
     ) -> pb.PredictResponse:
-        serving = self.pick(Route.PREDICT, call)
+        serving = self.pick(Route.PREDICT, call, "single")
         item = inputs if isinstance(inputs, str) else predict_input(inputs)
         q = PredictQuery(inputs=[item], truncate=req.truncate, raw_scores=req.raw_scores,
                          truncation_direction=direction(req.truncation_direction),
@@ -390,7 +392,7 @@ class TeiServices:
     # -- Rerank -----------------------------------------------------------------------------
 
     async def _rerank(self, req: pb.RerankRequest, call: Call) -> pb.RerankResponse:
-        serving = self.pick(Route.RERANK, call)
+        serving = self.pick(Route.RERANK, call, "batch")
         q = RerankQuery(
             query=req.query, texts=list(req.texts), truncate=req.truncate,
             truncation_direction=direction(req.truncation_direction),

@@ -184,14 +184,19 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         headers = timing_headers(meta, compute) if meta is not None else None
         return Response(content=content, status_code=200, media_type=JSON, headers=headers)
 
-    def pick(request: AnyRequest, route: Route, named: object) -> Serving:
+    def pick(
+        request: AnyRequest, route: Route, named: object, method: Method | None = None
+    ) -> Serving:
         """The model for `route`: the body's `model` field, else the `x-model` header. The
-        error handler counts a failure after this under the picked model."""
+        error handler counts a failure after this under the picked model; a request counted
+        in `te_request_count` gives its `method`, so that one no model takes is counted too."""
         if named is not None and not isinstance(named, str):
             if models.several:  # it was meant to pick one: say so rather than guess
+                if method is not None:
+                    models.families.inc("te_request_count", method)
                 raise ModelChoiceError("`model` must be a served model's name (a string)")
             named = None  # one model: ignored, as TEI's server ignores the field
-        serving = models.pick(route, named or _model_header(request))
+        serving = models.pick(route, named or _model_header(request), method)
         request.state.model = serving.served_model_name
         return serving
 
@@ -211,8 +216,8 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         request: AnyRequest, body: bytes, chosen: Serving | None = None
     ) -> Response[bytes]:
         req = decode(body, EmbedRequest)
-        serving = chosen or pick(request, Route.EMBED, req.model)
         inputs, batch = parse_inputs(req.inputs)
+        serving = chosen or pick(request, Route.EMBED, req.model, _method(batch))
         q = EmbedQuery(
             inputs=inputs, truncate=req.truncate, prompt_name=req.prompt_name,
             truncation_direction=direction_of(req.truncation_direction),
@@ -234,8 +239,8 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         request: AnyRequest, body: bytes, chosen: Serving | None = None
     ) -> Response[bytes]:
         req = decode(body, EmbedAllRequest)
-        serving = chosen or pick(request, Route.EMBED_SPARSE, req.model)
         q, batch = embed_all_query(req)
+        serving = chosen or pick(request, Route.EMBED_SPARSE, req.model, _method(batch))
         r = await observe(serving, request, "embed_sparse", _method(batch), "embed", len(q.inputs),
                            serving.embed_sparse(q))  # fmt: skip
         out = [
@@ -249,7 +254,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         request: AnyRequest, body: bytes, chosen: Serving | None = None
     ) -> Response[bytes]:
         req = decode(body, SimilarityRequest)
-        serving = chosen or pick(request, Route.SIMILARITY, req.model)
+        serving = chosen or pick(request, Route.SIMILARITY, req.model, "batch")
         p = req.parameters
         q = SimilarityQuery(
             source_sentence=req.inputs.source_sentence, sentences=req.inputs.sentences,
@@ -265,8 +270,8 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         request: AnyRequest, body: bytes, chosen: Serving | None = None
     ) -> Response[bytes]:
         req = decode(body, PredictRequest)
-        serving = chosen or pick(request, Route.PREDICT, req.model)
         inputs, batch = parse_predict_inputs(req.inputs)
+        serving = chosen or pick(request, Route.PREDICT, req.model, _method(batch))
         q = PredictQuery(
             inputs=inputs, truncate=req.truncate, raw_scores=req.raw_scores,
             truncation_direction=direction_of(req.truncation_direction),
@@ -281,7 +286,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         request: AnyRequest, body: bytes, chosen: Serving | None = None
     ) -> Response[bytes]:
         req = decode(body, RerankRequest)
-        serving = chosen or pick(request, Route.RERANK, req.model)
+        serving = chosen or pick(request, Route.RERANK, req.model, "batch")
         q = RerankQuery(
             query=req.query, texts=req.texts, truncate=req.truncate, raw_scores=req.raw_scores,
             truncation_direction=direction_of(req.truncation_direction),
@@ -300,8 +305,8 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     @post("/embed_all", guards=guards)
     async def embed_all(request: AnyRequest) -> Response[bytes]:
         req = decode(await body_of(request), EmbedAllRequest)
-        serving = pick(request, Route.EMBED_ALL, req.model)
         q, batch = embed_all_query(req)
+        serving = pick(request, Route.EMBED_ALL, req.model, _method(batch))
         r = await observe(serving, request, "embed_all", _method(batch), "embed", len(q.inputs),
                            serving.embed_all(q))  # fmt: skip
         content = await serving.offload(lambda: ENCODER.encode([json_array(v) for v in r.vectors]))
@@ -314,8 +319,8 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
     @post(["/v1/embeddings", "/embeddings"], guards=guards)
     async def openai_embed(request: AnyRequest) -> Response[bytes]:
         req = decode(await body_of(request), OpenAIRequest)
-        serving = pick(request, Route.OPENAI, req.model)
         inputs, batch = parse_inputs(req.input, field="input")
+        serving = pick(request, Route.OPENAI, req.model, _method(batch))
         q = OpenAIQuery(inputs=inputs, model=req.model, dimensions=req.dimensions)
         r = await observe(serving, request, "openai_embed", _method(batch), "embed", len(inputs),
                            serving.openai_embed(q))  # fmt: skip

@@ -340,3 +340,19 @@ def test_backend_forward_dispatches_by_output(embed_artifact: Built) -> None:
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValidationError):
         m.forward(encs, Output.LOGITS)
+
+
+def test_several_models_each_load_their_own_dtype(make_artifact: ArtifactFactory) -> None:
+    """An int8 embedder beside a reranker with no int8 graph: --dtype given per model, in
+    --model-id order, loads each as asked (one --dtype int8 for both fails the start)."""
+    from tei_runtime.manifest import Precision, Task
+    from tei_serve.cli import ModelLoadError, load_models
+    from tei_serve.settings import load_settings
+
+    embedder = make_artifact(precisions=(Precision.FP32, Precision.INT8))
+    reranker = make_artifact(task=Task.RERANK, labels=1)
+    ids = ["--model-id", str(embedder.root), "--model-id", str(reranker.root)]
+    loaded = load_models(load_settings([*ids, "--dtype", "int8", "auto"], env={}))
+    assert [m.precision for m, _ in loaded] == [Precision.INT8, Precision.FP32]
+    with pytest.raises(ModelLoadError, match=rf"model {reranker.root} could not load: .*int8"):
+        load_models(load_settings([*ids, "--dtype", "int8"], env={}))

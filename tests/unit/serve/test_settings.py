@@ -153,10 +153,31 @@ def test_served_model_names_must_match_the_models(argv: list[str], message: str)
 @pytest.mark.parametrize(
     ("value", "dtype"),
     [("float32", "float32"), ("float16", "float16"), ("fp32", "float32"), ("FP16", "float16"),
-     ("int8", "int8"), ("auto", "auto")],
+     ("int8", "int8"), ("auto", None), ("AUTO", None)],
 )
-def test_dtype_takes_tei_and_manifest_names(value: str, dtype: str) -> None:
+def test_dtype_takes_tei_and_manifest_names(value: str, dtype: str | None) -> None:
     assert load_settings(["--dtype", value], env={}).dtype == dtype
+
+
+def test_dtype_revision_and_pooling_are_one_for_all_or_one_per_model() -> None:
+    """Given once, a flag applies to every model (as with one model); given per model, in
+    --model-id order, with `auto` where a model needs none (an int8 embedder beside an fp32
+    reranker, two hub models pinned to their own commits)."""
+    two = ["--model-id", "a", "--model-id", "b"]
+    once = load_settings([*two, "--dtype", "int8", "--revision", "v1"], env={})
+    assert [once.dtype_of(i) for i in (0, 1)] == ["int8", "int8"]
+    assert [once.revision_of(i) for i in (0, 1)] == ["v1", "v1"]
+    each = load_settings([*two, "--dtype", "int8", "auto", "--revision", "auto", "abc123",
+                          "--pooling", "mean", "--pooling", "auto"], env={})  # fmt: skip
+    assert [each.dtype_of(i) for i in (0, 1)] == ["int8", None]
+    assert [each.revision_of(i) for i in (0, 1)] == [None, "abc123"]
+    assert [each.pooling_of(i) for i in (0, 1)] == ["mean", None]
+    env = load_settings([], env={"MODEL_ID": "a,b", "DTYPE": "fp32,int8", "POOLING": "cls"})
+    assert [env.dtype_of(i) for i in (0, 1)] == ["float32", "int8"]
+    assert [env.pooling_of(i) for i in (0, 1)] == ["cls", "cls"]
+    with pytest.raises(SettingsError, match=r"--dtype is given 2 times for 3 --model-id"):
+        load_settings([*two, "--model-id", "c", "--dtype", "int8", "fp32"], env={})
+    assert load_settings([], env={}).dtype is None
 
 
 def test_unknown_dtype_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
