@@ -69,10 +69,10 @@ class PromptedPairs:
             )
         if room < ROOM_WARNED_BELOW:
             log.warning(
-                "the reranker prompt with its default instruction leaves %d of %d tokens for "
-                "the query and the document: longer ones lose the document's text first, so "
-                "such documents all score alike (raise --max-batch-tokens)",
-                room, tokenizer.max_input_length,
+                "%s: the reranker prompt with its default instruction leaves %d of %d tokens "
+                "for the query and the document: longer ones lose the document's text first, "
+                "so such documents all score alike (raise --max-batch-tokens)",
+                tokenizer.name, room, tokenizer.max_input_length,
             )  # fmt: skip
 
     def encode(

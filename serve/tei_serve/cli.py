@@ -107,8 +107,9 @@ def configure_logging(settings: Settings) -> None:
         log.warning("%s", levels.problem)
 
 
-def check_limits(settings: Settings, model_max_length: int) -> None:
-    """TEI's rule: a model longer than --max-batch-tokens is cut down, or refused."""
+def check_limits(settings: Settings, model_max_length: int, model_id: str = "") -> None:
+    """TEI's rule: a model longer than --max-batch-tokens is cut down, or refused. The
+    warning names the model (one of several, maybe)."""
     if model_max_length <= settings.max_batch_tokens:
         return
     if not settings.auto_truncate:
@@ -117,9 +118,10 @@ def check_limits(settings: Settings, model_max_length: int) -> None:
             f"is disabled ({model_max_length} > {settings.max_batch_tokens})"
         )
     log.warning(
-        "max_input_length %d is larger than max_batch_tokens %d; inputs are truncated to %d",
-        model_max_length, settings.max_batch_tokens, settings.max_batch_tokens,
-    )
+        "%smax_input_length %d is larger than max_batch_tokens %d; inputs are truncated to %d",
+        f"{model_id}: " if model_id else "", model_max_length, settings.max_batch_tokens,
+        settings.max_batch_tokens,
+    )  # fmt: skip
 
 
 class ModelLoadError(RuntimeError):
@@ -162,7 +164,7 @@ def load_model(
 
     manifest = read_manifest(artifact)
     check_artifact_matches(model_id, manifest, options)
-    check_limits(settings, manifest.max_input_length)
+    check_limits(settings, manifest.max_input_length, model_id)
     model = tei_runtime.load(
         artifact,
         device=settings.device,

@@ -150,6 +150,9 @@ def test_models_list_and_info(multi: Multi) -> None:
     for m in listed["data"]:
         assert m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"]
         assert c.get(f"/v1/models/{m['id']}").json() == m  # OpenAI's `models.retrieve`
+        # by its --model-id too, as a request may name it (and with the slash encoded)
+        assert c.get(f"/v1/models/org/{m['id']}").json() == m
+        assert c.get(f"/v1/models/org%2F{m['id']}").json() == m
     missing = c.get("/v1/models/nope")
     assert missing.status_code == 404
     assert missing.json()["type"] == "Validation" and "`nope` does not exist" in (

@@ -449,6 +449,10 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         for candidate in (name, "/" + name):
             if candidate in openai_models:
                 return respond(ENCODER.encode(openai_models[candidate]))
+        for candidate in (name, "/" + name):  # a --model-id names its model, as in requests
+            ids = [s for s in models.servings if s.model_id == candidate]
+            if len(ids) == 1:
+                return respond(ENCODER.encode(openai_models[ids[0].served_model_name]))
         err = UnknownModelError(f"The model `{name}` does not exist; served models: "
                                 f"{', '.join(openai_models)}")  # fmt: skip
         err.failure_label = None  # a lookup, not a request TEI would count

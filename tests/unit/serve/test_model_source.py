@@ -292,8 +292,14 @@ def test_hub_cache_follows_huggingface_hub(
     assert ours == Path(theirs)
 
 
-def test_length_rule() -> None:
+def test_length_rule(caplog: pytest.LogCaptureFixture) -> None:
     check_limits(Settings(max_batch_tokens=512), 512)
-    check_limits(Settings(max_batch_tokens=256), 512)  # auto-truncate: a warning
+    assert not caplog.records
+    check_limits(Settings(max_batch_tokens=256), 512, "org/m")  # auto-truncate: a warning
+    [warned] = caplog.records
+    assert warned.getMessage() == (
+        "org/m: max_input_length 512 is larger than max_batch_tokens 256; inputs are "
+        "truncated to 256"
+    )  # the model named: one of several, maybe
     with pytest.raises(SettingsError):
         check_limits(Settings(max_batch_tokens=256, auto_truncate=False), 512)
