@@ -149,6 +149,31 @@ def _pooling(folder: Path) -> _PoolingConfig | None:
     return _PoolingConfig(None, " + ".join(modes) or "none", include_prompt)
 
 
+def _splade_pooling(folder: Path) -> _PoolingConfig:
+    """A SpladePooling module: max over the tokens of log(1 + relu(logits)) is TEI's SPLADE
+    (and the module's defaults when it saved no config); another strategy or activation is
+    a pooling tei-onnx does not have."""
+    cfg = _optional_json(folder / "config.json")
+    cfg = cfg if isinstance(cfg, dict) else {}
+    strategy = str(cfg.get("pooling_strategy", "max"))
+    activation = str(cfg.get("activation_function", "relu"))
+    if (strategy, activation) == ("max", "relu"):
+        return _PoolingConfig(Pooling.SPLADE, None, True)
+    return _PoolingConfig(None, f"SpladePooling {strategy}/{activation}", True)
+
+
+def _tokenizer_json_sides(path: Path) -> tuple[str | None, str | None]:
+    """(padding side, truncation side) tokenizer.json itself sets: transformers takes them
+    where tokenizer_config.json names none (so sentence-transformers pads and cuts so)."""
+    data = _optional_json(path / "tokenizer.json")
+    sides: list[str | None] = []
+    for key in ("padding", "truncation"):
+        part = data.get(key) if isinstance(data, dict) else None
+        direction = part.get("direction") if isinstance(part, dict) else None
+        sides.append(direction.lower() if isinstance(direction, str) else None)
+    return sides[0], sides[1]
+
+
 def _max_seq_length(sbert: dict[str, Any], tok_config: dict[str, Any]) -> int | None:
     """sentence-transformers' limit: sentence_bert_config.json's, else (as 6.x saves it) the
     tokenizer's model_max_length, which transformers truncates at too."""
@@ -189,6 +214,8 @@ def read_checkpoint(path: Path) -> Checkpoint:
                         f"{folder / 'config.json'}: modules.json lists a Pooling module there, "
                         f"but it has no config.json"
                     )
+            case "SpladePooling":  # a SparseEncoder's: the SPLADE TEI serves, or another
+                pooling, pooling_folder = _splade_pooling(folder), folder
             case "Normalize":
                 normalize = True
             case "Dense":
@@ -212,11 +239,15 @@ def read_checkpoint(path: Path) -> Checkpoint:
             f"({known})"
         )
     tok_config = _optional_object(path / "tokenizer_config.json")
+    own_padding, own_truncation = _tokenizer_json_sides(path)
     id2label = _string_map(config.get("id2label") or {}, f"{config_path}: `id2label`")
     native = "auto_map" in config and is_native_class(architecture)
     if not id2label and isinstance(config.get("num_labels"), int):
         # transformers' default names for a config that gives only a count.
         id2label = {str(i): f"LABEL_{i}" for i in range(config["num_labels"])}
+    elif not id2label and architecture.endswith("ForSequenceClassification"):
+        # transformers 5 leaves its default, two labels, out of the config it saves.
+        id2label = {"0": "LABEL_0", "1": "LABEL_1"}
     if not all(k.lstrip("-").isdigit() for k in id2label):
         raise ExportError(f"{config_path}: `id2label` keys must be class numbers")
     return Checkpoint(
@@ -235,8 +266,8 @@ def read_checkpoint(path: Path) -> Checkpoint:
         prompts=prompts,
         default_prompt_name=default_prompt_name,
         tokenizer_files=[name for name in TOKENIZER_FILES if (path / name).is_file()],
-        padding_side=tok_config.get("padding_side"),
-        truncation_side=tok_config.get("truncation_side"),
+        padding_side=tok_config.get("padding_side") or own_padding,
+        truncation_side=tok_config.get("truncation_side") or own_truncation,
         st_lowercases=sbert.get("do_lower_case") is True,
         labels={int(k): str(v) for k, v in id2label.items()},
         trust_remote_code_needed="auto_map" in config and not native,

@@ -7,6 +7,7 @@ never disagree about what the graph is meant to compute.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -156,6 +157,14 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
             f"{path}: the checkpoint lacks weights the model needs (transformers would fill them "
             f"with random values): {', '.join(missing[:5])}{more}"
         )
+    beyond = beyond_the_config(loading.get("unexpected_keys", ()), model.state_dict())
+    if beyond:
+        blocks = sorted({str(_first_numbered_prefix(k)) for k in beyond}, key=_natural)
+        raise ExportError(
+            f"{path}: the weights hold layers config.json has no room for, which the export "
+            f"would silently drop (does config.json belong to these weights?): "
+            f"{', '.join(b + '*' for b in blocks)} ({len(beyond)} weights)"
+        )
     _restore_init_buffers(model)
     model.eval()
     answer_head = None
@@ -186,6 +195,32 @@ def needed_but_missing(missing: Iterable[str], head: Head) -> list[str]:
     if head is not Head.BASE:
         return sorted(missing)
     return sorted(k for k in missing if ".pooler." not in f".{k}")
+
+
+_NUMBERED = re.compile(r"(?:^|\.)\d+\.")
+
+
+def _first_numbered_prefix(key: str) -> str | None:
+    """`encoder.layer.7.` of `encoder.layer.7.attention.self.query.weight`."""
+    found = _NUMBERED.search(key)
+    return key[: found.end()] if found else None
+
+
+def _natural(name: str) -> list[int | str]:
+    """`layer.2.` before `layer.10.`."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def beyond_the_config(unexpected: Iterable[str], model_keys: Iterable[str]) -> list[str]:
+    """The checkpoint's weights transformers did not load that sit in a numbered block (a
+    layer, an expert) the model built from config.json does not have: a config with fewer
+    layers than its weights. A head the graph does not use (`cls.predictions.*`, a pooler)
+    is unnumbered, and a stray tensor inside an existing layer is left to transformers'
+    own report."""
+    built = {p for k in model_keys if (p := _first_numbered_prefix(k)) is not None}
+    return sorted(
+        k for k in unexpected if (p := _first_numbered_prefix(k)) is not None and p not in built
+    )
 
 
 def _restore_init_buffers(model: Any) -> None:

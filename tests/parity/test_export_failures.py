@@ -141,6 +141,22 @@ def test_missing_weights_are_named_not_filled_with_noise(tmp_path: Path, tiny_be
         assert done.returncode == 0, done.stderr
 
 
+def test_a_config_with_fewer_layers_than_its_weights_is_refused(
+    tmp_path: Path, tiny_bert: Path
+) -> None:
+    """transformers builds the model config.json describes and drops the layers it has no room
+    for; the validation compares against that same truncated model, so only this says so."""
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    config = json.loads((checkpoint / "config.json").read_text())
+    layers = config["num_hidden_layers"]
+    assert layers >= 2
+    config["num_hidden_layers"] = layers - 1
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out" / "artifact"
+    _assert_failed_cleanly(_cli(str(checkpoint), str(out), "--variants", "fp32"), out,
+                           "no room for", f"encoder.layer.{layers - 1}.*")  # fmt: skip
+
+
 def test_remote_code_needs_the_flag(tmp_path: Path, tiny_bert: Path) -> None:
     checkpoint = _copy(tiny_bert, tmp_path / "ck")
     config = json.loads((checkpoint / "config.json").read_text())

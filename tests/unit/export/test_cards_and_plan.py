@@ -369,6 +369,64 @@ def test_a_label_count_without_names_gets_transformers_names(
     assert plan.labels == {i: f"LABEL_{i}" for i in range(count)}
 
 
+def test_a_classifier_saved_with_transformers_default_labels_has_two(tmp_path: Path) -> None:
+    """transformers 5 writes no id2label or num_labels for its default of two labels: the
+    head is a two-class classifier, never a reranker with no labels."""
+    config = {**BERT, "architectures": ["DebertaV2ForSequenceClassification"],
+              "model_type": "deberta-v2"}
+    plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)))
+    assert plan.task is Task.CLASSIFY
+    assert plan.labels == {0: "LABEL_0", 1: "LABEL_1"}
+
+
+def _sparse_encoder(root: Path, splade: dict[str, object] | None) -> Path:
+    """A sentence-transformers SparseEncoder folder: MLMTransformer, then SpladePooling."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "",
+         "type": "sentence_transformers.sparse_encoder.models.MLMTransformer"},
+        {"idx": 1, "name": "1", "path": "1_SpladePooling",
+         "type": "sentence_transformers.sparse_encoder.models.SpladePooling"},
+    ]  # fmt: skip
+    files: dict[str, object] = {"modules.json": modules}
+    if splade is not None:
+        files["1_SpladePooling/config.json"] = splade
+    folder = _folder(root, {**BERT, "architectures": ["BertForMaskedLM"]}, files=files)
+    (folder / "1_SpladePooling").mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "splade", [None, {"pooling_strategy": "max", "activation_function": "relu"}]
+)
+def test_a_sparse_encoder_folder_is_exported_sparse(
+    tmp_path: Path, splade: dict[str, object] | None
+) -> None:
+    plan = make_plan(read_checkpoint(_sparse_encoder(tmp_path / "m", splade)))
+    assert plan.task is Task.SPARSE and plan.pooling is Pooling.SPLADE
+    assert plan.outputs == ["sparse_embedding"]
+
+
+def test_a_splade_pooling_tei_lacks_is_refused(tmp_path: Path) -> None:
+    folder = _sparse_encoder(tmp_path / "m", {"pooling_strategy": "sum"})
+    with pytest.raises(ExportError, match=r"SpladePooling sum/relu"):
+        make_plan(read_checkpoint(folder))
+
+
+def test_tokenizer_json_sides_apply_where_the_tokenizer_config_names_none(
+    tmp_path: Path,
+) -> None:
+    """transformers pads and truncates where tokenizer.json says unless tokenizer_config.json
+    says otherwise, and sentence-transformers follows it."""
+    folder = _folder(tmp_path / "m", BERT)
+    own = {"truncation": {"direction": "Left", "max_length": 8, "strategy": "LongestFirst",
+                          "stride": 0}, "padding": None}  # fmt: skip
+    (folder / "tokenizer.json").write_text(json.dumps(own))
+    assert read_checkpoint(folder).truncation_side == "left"
+    assert make_plan(read_checkpoint(folder)).truncation_side == "left"
+    (folder / "tokenizer_config.json").write_text(json.dumps({"truncation_side": "right"}))
+    assert read_checkpoint(folder).truncation_side == "right"
+
+
 def test_task_override(tmp_path: Path) -> None:
     config = {**BERT, "architectures": ["BertForMaskedLM"]}
     plan = make_plan(read_checkpoint(_folder(tmp_path / "m", config)), task=Task.SPARSE)
