@@ -2,9 +2,10 @@
 //   docker buildx bake                 # the serving images (group "default")
 //   docker buildx bake grpc            # the same images serving TEI's gRPC API (tei-serve --grpc)
 //   docker buildx bake export          # torch + the exporter
-//   VERSION=0.2.0 REGISTRY=ghcr.io/me docker buildx bake cuda
+//   VERSION=0.2.0 REGISTRY=ghcr.io/me/tei-onnx docker buildx bake cuda   # ghcr.io/me/tei-onnx:0.2.0-cuda
 // Serving targets differ only in build args: the base image and the onnxruntime build
-// (versions pinned in constraints.txt). Tags are <registry>/tei-onnx:<version>-<target>.
+// (versions pinned in constraints.txt). Tags are <REGISTRY>:<VERSION>-<target>, REGISTRY
+// being the whole image repository.
 
 variable "VERSION" {
   default = "0.1.0"

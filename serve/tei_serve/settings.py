@@ -265,7 +265,9 @@ def _dtype(value: str) -> str:
     try:
         return parse_dtype(value).value
     except ProviderError as e:
-        raise argparse.ArgumentTypeError("dtype must be one of float32, float16, int8") from e
+        raise argparse.ArgumentTypeError(
+            "dtype must be one of float32, float16, int8, auto"
+        ) from e
 
 
 AUTO = "auto"
@@ -315,9 +317,10 @@ _OPTIONS: tuple[_Option, ...] = (
             "branch).", multiple=True, field="revisions"),
     _Option("--tokenization-workers", _positive_int,
             "Tokenizer threads. Default: CPU cores - 1, clamped to 1..64."),
-    _Option("--dtype", _dtype, "Variant to load: float32, float16 or int8 (or fp32, fp16); "
-            "with several models one for all, or repeat it in --model-id order (auto: the "
-            "host's pick).", multiple=True, field="dtypes"),
+    _Option("--dtype", _dtype, "Variant to load: float32, float16, int8 (or fp32, fp16) or "
+            "auto, the default (fp32 on a CPU, fp16 on a GPU, each in the graph form the "
+            "host runs fastest). With several models one for all, or repeat it in --model-id "
+            "order.", multiple=True, field="dtypes"),
     _Option("--served-model-name", str, "Name requests pick the model by and OpenAI responses "
             "return; with several models repeat it, in --model-id order. Default: the model id "
             "(several models: its last path part).", multiple=True, field="served_model_names"),

@@ -556,6 +556,20 @@ def test_a_users_file_named_like_a_shard_in_the_output_folder_is_refused(
     assert "2 entries" in warning and "b.jsonl.gz" in warning and "year=2021/" in warning
 
 
+def test_hidden_and_underscored_files_in_a_folder_are_not_inputs(tmp_path: Path) -> None:
+    """As pyarrow reads a folder: macOS's `._a.jsonl` (binary AppleDouble, not JSON) and a
+    `_tmp.jsonl` beside the corpus are skipped, where they used to end the job on row 0."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _write_jsonl(corpus / "a.jsonl", 5)
+    (corpus / "._a.jsonl").write_bytes(b"\x00\x05\x16\x07Mac OS X")
+    _write_jsonl(corpus / "_tmp.jsonl", 2)
+    files, shards = plan([corpus], 10, tmp_path / "out")
+    assert [Path(f.path).name for f in files] == ["a.jsonl"] and sum(s.rows for s in shards) == 5
+    named, _ = plan([corpus / "_tmp.jsonl"], 10)  # named on the command line: read
+    assert [Path(f.path).name for f in named] == ["_tmp.jsonl"]
+
+
 def test_shards_whose_ids_differ_are_named(toy_artifact: Path, tmp_path: Path) -> None:
     """String ids in the first rows and none later (or integers, then none): each shard is
     consistent, the corpus is not, and one table of it cannot be read (or mixes ids with

@@ -138,13 +138,13 @@ def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]
 
     for path in paths:
         if path.is_dir():
-            entries = sorted(path.iterdir())
+            # Names from `_` or `.` are skipped unread and unmentioned, as pyarrow and Spark
+            # skip them reading a folder: markers, temporaries, macOS's `._x.jsonl` twins.
+            entries = [p for p in sorted(path.iterdir()) if not p.name.startswith(("_", "."))]
             found = [p for p in entries if p.suffix in SUFFIXES and p.is_file()
                      and not (shard_named(p) and _written_here(p))]  # fmt: skip
-            # What pyarrow and Spark skip too (names from `_` or `.`: markers, temporaries).
             skipped = [p.name + ("/" if p.is_dir() else "") for p in entries
-                       if p not in found and not p.name.startswith(("_", "."))
-                       and not (shard_named(p) and _written_here(p))]  # fmt: skip
+                       if p not in found and not (shard_named(p) and _written_here(p))]  # fmt: skip
             if skipped:
                 shown = ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else "")
                 log.warning(

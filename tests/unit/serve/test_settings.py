@@ -185,7 +185,7 @@ def test_unknown_dtype_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
         load_settings([], env={"DTYPE": "bfloat16"})
     with pytest.raises(SystemExit):
         load_settings(["--dtype", "bf16"], env={})
-    assert "dtype must be one of float32, float16, int8" in capsys.readouterr().err
+    assert "dtype must be one of float32, float16, int8, auto" in capsys.readouterr().err
 
 
 def test_task_follows_the_models_in_order() -> None:
