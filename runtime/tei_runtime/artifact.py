@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 
 from tei_runtime.checksum import sha256_file
-from tei_runtime.errors import ManifestError
+from tei_runtime.errors import ManifestError, cannot_read
 from tei_runtime.manifest import Manifest, Variant, read_manifest
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -23,9 +23,12 @@ def open_artifact(artifact_dir: str | Path) -> Artifact:
     if not isinstance(artifact_dir, str | os.PathLike):
         raise ManifestError(f"an artifact folder's path is needed; got {artifact_dir!r}")
     root = Path(artifact_dir).expanduser()
-    if not root.is_dir():
-        raise ManifestError(f"{root}: not a folder; pass a tei-export artifact folder")
-    manifest = read_manifest(root)
+    try:
+        if not root.is_dir():
+            raise ManifestError(f"{root}: not a folder; pass a tei-export artifact folder")
+        manifest = read_manifest(root)
+    except PermissionError as e:
+        raise cannot_read(e) from e
     if TOKENIZER_JSON not in manifest.tokenizer_files:
         raise ManifestError(f"{root / 'manifest.json'}: tokenizer_files lacks {TOKENIZER_JSON}")
     return Artifact(root=root, manifest=manifest)
@@ -37,7 +40,10 @@ def verify_file(path: Path, expected: str | None) -> None:
         raise ManifestError(f"{path}: missing from the artifact (the manifest lists it)")
     if expected is None:
         raise ManifestError(f"{path}: the manifest gives no sha256 for it")
-    actual = sha256_file(path)
+    try:
+        actual = sha256_file(path)
+    except PermissionError as e:
+        raise cannot_read(e) from e
     if actual != expected.lower():
         raise ManifestError(
             f"{path}: sha256 mismatch (manifest {expected}, file {actual}); the artifact is "

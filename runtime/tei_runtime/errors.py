@@ -31,6 +31,16 @@ class ManifestError(TeiRuntimeError):
     """The artifact is missing, malformed, of an unknown schema version, or fails a checksum."""
 
 
+def cannot_read(error: PermissionError) -> ManifestError:
+    """An artifact file this user may not read (a 077 umask where it was exported or
+    unpacked, a volume owned by another user): one line naming it and what to change."""
+    return ManifestError(
+        f"{error.filename}: cannot read it ({error.strerror}); an artifact's folders and files "
+        "must be readable by the user that loads it (`chmod -R a+rX` the folder, or export "
+        "and unpack with a umask of 022)"
+    )
+
+
 class ValidationError(TeiRuntimeError):
     """The caller's input cannot be run as given (too long, unknown prompt, bad dimensions)."""
 

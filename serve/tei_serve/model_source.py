@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 
 from tei_bundle import artifact_folder, is_bundle_file
+from tei_runtime.errors import cannot_read
 from tei_runtime.lifetime import die_with_parent
 from tei_runtime.manifest import MANIFEST_NAME, Task
 from tei_serve.export_record import ExportRecord, read_record, why_stale, write_record
@@ -118,6 +119,13 @@ def cache_key(
     return f"{name.strip('-.')[:80]}-{digest}"
 
 
+def _readable(path: Path) -> None:
+    """PermissionError where `path` exists but this user cannot look inside it (a folder
+    of an artifact exported under a 077 umask by another user), before anything probes it."""
+    if path.is_dir():
+        (path / MANIFEST_NAME).exists()  # needs the folder searchable, not listable
+
+
 def resolve(
     model_id: str | None,
     *,
@@ -143,6 +151,10 @@ def resolve(
         reported = DEFAULT_MODEL_ID
     else:
         source_path = Path(model_id)
+        try:
+            _readable(source_path)
+        except PermissionError as e:
+            raise ModelSourceError(str(cannot_read(e))) from e
         if revision is not None and source_path.exists():
             log.warning("--revision %s does nothing for %s: a local file or folder is served "
                         "as it is", revision, model_id)  # fmt: skip

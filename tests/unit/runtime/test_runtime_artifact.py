@@ -115,3 +115,40 @@ def test_external_data_files_are_verified(make_artifact: ArtifactFactory) -> Non
     data.unlink()
     with pytest.raises(ManifestError, match=r"model\.fp32\.onnx\.data: missing"):
         load(built.root)
+
+
+def _denied(path: Path) -> PermissionError:
+    return PermissionError(13, "Permission denied", str(path))
+
+
+def test_an_unreadable_file_is_one_error_naming_it(
+    make_artifact: ArtifactFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files another user exported under a 077 umask: a ManifestError naming the file and
+    the fix, never a bare PermissionError from deep inside the load (root reads anything,
+    so the kernel's refusal is stood in for here)."""
+    import tei_runtime.artifact as artifact_module
+
+    built = make_artifact()
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name == "manifest.json":
+            raise _denied(self)
+        return real_read_bytes(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "read_bytes", read_bytes)
+        with pytest.raises(ManifestError, match=r"manifest\.json: cannot read it \(Permission "
+                                                r"denied\); .*chmod -R a\+rX"):  # fmt: skip
+            load(built.root)
+    real_sha = artifact_module.sha256_file
+
+    def sha256_file(path: Path) -> str:
+        if path.name == "model.fp32.onnx":
+            raise _denied(path)
+        return real_sha(path)
+
+    monkeypatch.setattr(artifact_module, "sha256_file", sha256_file)
+    with pytest.raises(ManifestError, match=r"model\.fp32\.onnx: cannot read it"):
+        load(built.root)

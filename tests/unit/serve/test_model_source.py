@@ -303,3 +303,25 @@ def test_length_rule(caplog: pytest.LogCaptureFixture) -> None:
     )  # the model named: one of several, maybe
     with pytest.raises(SettingsError):
         check_limits(Settings(max_batch_tokens=256, auto_truncate=False), 512)
+
+
+def test_a_folder_this_user_cannot_search_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An artifact folder another user made 0700: tei-serve says so in one line (it used to
+    end in a PermissionError traceback from probing for manifest.json)."""
+    calls = _counted_exports(monkeypatch)
+    folder = tmp_path / "art"
+    folder.mkdir()
+    real_exists = Path.exists
+
+    def exists(self: Path, **kw: Any) -> bool:
+        if self.parent == folder:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self, **kw)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    denied = r"art/manifest\.json: cannot read it \(Permission denied\)"
+    with pytest.raises(model_source.ModelSourceError, match=denied):
+        model_source.resolve(str(folder), cache_dir=str(tmp_path / "cache"))
+    assert calls == []
