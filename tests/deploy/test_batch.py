@@ -465,6 +465,40 @@ def test_a_changed_bundle_is_refused_before_any_work(toy_artifact: Path, tmp_pat
     assert not list((tmp_path / "out").glob("part-*"))
 
 
+def test_a_parquet_file_tei_embed_did_not_write_in_the_output_is_never_overwritten(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    """`tei-embed art spark1 spark2`: a second corpus folder taken as the output. Its own
+    `part-00000.parquet` would be replaced by the first shard; the job stops before Ray."""
+    corpus = _write_jsonl(tmp_path / "a.jsonl", 5)
+    out = tmp_path / "spark2"
+    out.mkdir()
+    theirs = _write_parquet(out / "part-00000.parquet", 3, row_group=3)
+    before = theirs.read_bytes()
+    with pytest.raises(CorpusJobError, match=r"part-00000\.parquet: not a shard tei-embed wrote"):
+        job.run(toy_artifact, [corpus], out, shard_rows=5)
+    assert theirs.read_bytes() == before and not (out / JOB_FILE).exists()
+    with pytest.raises(CorpusJobError, match=r"a file, not an output folder"):
+        job.run(toy_artifact, [corpus], tmp_path / "a.jsonl", shard_rows=5)  # OUTPUT forgotten
+
+
+def test_a_changed_manifest_is_another_job(toy_artifact: Path, tmp_path: Path) -> None:
+    """The same graphs behind another manifest (a default prompt, a shorter length, other
+    tokenizer files) give other vectors: a resume with it is refused, not mixed in."""
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "out"
+    recorded = _job(toy_artifact, [corpus], 5, artifact_manifest="a" * 64)
+    prepare_output(out, recorded)
+    (out / "_part-00000.done").write_text("{}")
+    other = msgspec.structs.replace(recorded, artifact_manifest="b" * 64)
+    with pytest.raises(CorpusJobError, match=r"differs in: artifact_manifest"):
+        prepare_output(out, other)
+    older = tmp_path / "older"  # recorded before manifests were: compared without it
+    prepare_output(older, msgspec.structs.replace(recorded, artifact_manifest=""))
+    (older / "_part-00000.done").write_text("{}")
+    prepare_output(older, other)
+
+
 @pytest.mark.slow
 def test_a_bad_row_found_by_an_actor_is_the_error_shown(
     minilm_artifact: Path, tmp_path: Path

@@ -37,7 +37,7 @@ import numpy as np
 from tei_bundle import artifact_folder
 from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import TeiRuntimeError
-from tei_runtime.manifest import read_manifest
+from tei_runtime.manifest import MANIFEST_NAME, read_manifest
 from tei_runtime.tokenization import is_text
 
 if TYPE_CHECKING:
@@ -89,6 +89,10 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
     variant: str = ""
     """The graph every shard is embedded with (fp32, int8-plain ...): one job, one graph,
     whatever --dtype a rerun asks for or the CPU an actor lands on."""
+    artifact_manifest: str = ""
+    """sha256 of the artifact's manifest.json: its pooling, prompts, length and tokenizer
+    checksums change vectors as much as a graph does. Empty in a job an older tei-embed
+    recorded, which is then compared without it."""
 
 
 class Shard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -457,12 +461,30 @@ def finished(out_dir: Path, shards: Sequence[Shard]) -> set[int]:
     return done
 
 
+def refuse_foreign_shards(out_dir: Path) -> None:
+    """A `part-NNNNN.parquet` in the output folder that tei-embed did not write (a Spark
+    output, a second corpus folder given last by mistake) would be written over by the shard
+    of its name: the job stops before it."""
+    if not out_dir.is_dir():
+        return
+    for path in sorted(out_dir.iterdir()):
+        if _SHARD_NAME.fullmatch(path.name) and path.is_file() and not _written_here(path):
+            raise CorpusJobError(
+                f"{path}: not a shard tei-embed wrote, and its shard of that name would "
+                f"replace it; is {out_dir} an input given as the output (the output folder "
+                "goes last)? Give another output folder"
+            )
+
+
 def _as_recorded(job: Job, previous: Job) -> Job:
-    """`job` as the recorded one was written: an older tei-embed hashed no input."""
-    if all(f.sha256 for f in previous.inputs):
-        return job
-    inputs = [msgspec.structs.replace(f, sha256="") for f in job.inputs]
-    return msgspec.structs.replace(job, inputs=inputs)
+    """`job` as the recorded one was written: an older tei-embed hashed no input and no
+    manifest."""
+    if not all(f.sha256 for f in previous.inputs):
+        inputs = [msgspec.structs.replace(f, sha256="") for f in job.inputs]
+        job = msgspec.structs.replace(job, inputs=inputs)
+    if not previous.artifact_manifest:
+        job = msgspec.structs.replace(job, artifact_manifest="")
+    return job
 
 
 def _changed_inputs(previous: Job, job: Job) -> list[str]:
@@ -587,6 +609,11 @@ def run(
 
 @contextlib.contextmanager
 def _output_lock(out_dir: Path) -> Iterator[None]:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CorpusJobError(
+            f"{out_dir}: a file, not an output folder (tei-embed ARTIFACT INPUT... OUTPUT_DIR: "
+            "the output folder goes last)"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = out_dir / LOCK_FILE
     with lock.open("a") as held:
@@ -632,9 +659,11 @@ def _run_locked(
         known = ", ".join(sorted(manifest.prompts.prompts)) or "none"
         raise CorpusJobError(f"unknown --prompt-name {prompt_name!r}; the artifact has: {known}")
     files, shards = plan(inputs, shard_rows, out_dir)
+    refuse_foreign_shards(out_dir)
     job = Job(
         inputs=files,
         artifact_variants={v.name: v.sha256 for v in manifest.variants},
+        artifact_manifest=sha256_file(artifact / MANIFEST_NAME),
         variant=variant.name,
         model_id=manifest.source.model_id,
         text_field=text_field,
