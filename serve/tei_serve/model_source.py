@@ -69,7 +69,9 @@ HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
 
 def hub_cache(explicit: str | None) -> Path:
     if explicit:
-        return Path(explicit)
+        # `~` expanded here too: a Kubernetes env value or a Docker exec-form argument
+        # (--huggingface-hub-cache, HUGGINGFACE_HUB_CACHE) never passes through a shell.
+        return Path(explicit).expanduser()
     # huggingface_hub's own order, so a cache its CLI filled is the one searched here.
     if env := os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE"):
         return Path(env).expanduser()
@@ -137,6 +139,8 @@ def resolve(
     """Return (artifact folder, model id to report in /info); `options` are what a
     checkpoint is exported with."""
     options = options or ExportOptions()
+    if cache_dir:  # every use below, the hub download's included, sees `~` expanded
+        cache_dir = str(hub_cache(cache_dir))
     if not model_id:
         source = default_model_dir()
         reported = DEFAULT_MODEL_ID

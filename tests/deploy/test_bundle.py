@@ -183,9 +183,66 @@ def test_read_only_cache_falls_back_to_a_temporary_folder(
     monkeypatch.setattr(tempfile, "tempdir", None)
     with caplog.at_level(logging.WARNING):
         folder, _ = resolve(str(tar), cache_dir=str(blocker))
-    assert folder.parent.parent == tmp_path / "tmp"
+    assert folder.parent.parent.parent == tmp_path / "tmp"
     bundle.verify_folder(folder)
     assert "is not writable" in caplog.text and str(folder.parent) in caplog.text
+
+
+def test_a_killed_servers_temporary_unpack_is_removed_by_the_next(
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each server with a read-only cache unpacks into a temporary folder of its own, gone
+    at exit; one SIGKILLed (atexit never ran) left it behind, every time: the next server
+    removes those no live server holds."""
+    import subprocess
+    import sys
+    import tempfile
+
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    blocker = tmp_path / "file-not-folder"
+    blocker.write_text("")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    code = (f"import os, tei_bundle.archive as a; from pathlib import Path; a.unpack_cached("
+            f"Path({str(tar)!r}), Path({str(blocker)!r})); os._exit(9)")  # fmt: skip
+    killed = subprocess.run([sys.executable, "-c", code], env={**os.environ}, check=False)
+    assert killed.returncode == 9
+    [left] = list(tmp.glob(".tei-bundle.process-*"))
+    live = bundle.unpack_cached(tar, blocker)  # this process's own, held while it runs
+    assert not left.exists()
+    assert list(tmp.glob(".tei-bundle.process-*")) == [live.parent.parent]
+    bundle.unpack_cached(tar, blocker)  # a second call sweeps: its own is held, so it stays
+    assert live.is_dir()
+
+
+def test_a_read_only_cache_with_the_unpack_already_there_is_used(
+    toy_artifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache filled once, then mounted read-only: its verified unpack is served, not
+    unpacked again into a temporary folder."""
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    cache = tmp_path / "cache"
+    first = bundle.unpack_cached(tar, cache)
+    monkeypatch.setattr(bundle, "_writable", lambda folder: PermissionError(30, "Read-only"))
+    assert bundle.unpack_cached(tar, cache) == first
+
+
+def test_a_cached_folder_without_its_file_list_is_unpacked_again(
+    toy_artifact: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """tei-bundle.json gone from a cached unpack: no file list, not trusted, moved aside and
+    unpacked again (it used to stop every start with "already exists; unpack into a new
+    folder", advice for tei-bundle users)."""
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    cache = tmp_path / "cache"
+    first = bundle.unpack_cached(tar, cache)
+    (first / BUNDLE_MANIFEST).unlink()
+    with caplog.at_level(logging.WARNING):
+        assert bundle.unpack_cached(tar, cache) == first
+    bundle.verify_folder(first)
+    assert "holds no tei-bundle.json" in caplog.text
 
 
 def test_a_concurrent_unpack_that_finishes_first_is_used(
@@ -288,10 +345,11 @@ def test_nowhere_to_unpack_is_one_error_naming_the_cache(
     blocker.write_text("")
     import tempfile
 
-    def no_tmp(prefix: str = "") -> str:
+    def no_tmp(*_: object, **__: object) -> str:
         raise FileNotFoundError(2, "No usable temporary directory found")
 
     monkeypatch.setattr(tempfile, "mkdtemp", no_tmp)
+    monkeypatch.setattr(tempfile, "gettempdir", no_tmp)
     with pytest.raises(BundleError, match=r"nowhere to unpack it: .*not writable"):
         bundle.unpack_cached(tar, blocker / "cache")
 

@@ -377,7 +377,8 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
     """Unpack once into `cache_root/<name>-<sha256>`, reusing a verified earlier unpack (one
     whose files were damaged since is unpacked again from the bundle).
 
-    When `cache_root` cannot be written (a read-only /data), a temporary folder is used."""
+    When `cache_root` cannot be written (a read-only /data), a verified unpack already there
+    is used as it is; else a temporary folder is, for this process only."""
     try:
         digest = bundle_digest(bundle)[:16]
     except OSError as e:
@@ -385,35 +386,25 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
             f"{bundle}: cannot read it ({e.strerror or e}); a bundle must be readable by the "
             f"server's user (tei-bundle pack writes it 0644)"
         ) from e
-    stem = bundle.name.removesuffix(".tar")
-    try:
-        cache_root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=cache_root):  # writable? a read-only /data is not
-            pass
-        base = cache_root
-    except OSError as e:
+    name = f"{bundle.name.removesuffix('.tar')}-{digest}"
+    writable = _writable(cache_root)
+    cached = cache_root / name
+    if (cached / BUNDLE_MANIFEST).is_file():
         try:
-            base = Path(tempfile.mkdtemp(prefix="tei-bundle-"))
-        except OSError as no_tmp:
-            raise BundleError(
-                f"{bundle}: nowhere to unpack it: {cache_root} is not writable "
-                f"({e.strerror or e}) and neither is a temporary folder ({no_tmp}); mount a "
-                f"writable volume at {cache_root} (or /tmp), or serve the unpacked folder"
-            ) from no_tmp
-        # One copy per process, gone when it exits (a restart unpacks again).
-        atexit.register(shutil.rmtree, base, ignore_errors=True)
-        log.warning("%s is not writable (%s); unpacking %s into %s for this process only",
-                    cache_root, e.strerror or e, bundle.name, base)  # fmt: skip
-    target = base / f"{stem}-{digest}"
-    if (target / BUNDLE_MANIFEST).is_file():
-        try:
-            verify_folder(target)
-            return target
+            verify_folder(cached)
+            return cached
         except BundleError as e:
             # The bundle itself is intact (its digest names the folder): the earlier unpack
             # was damaged on disk since. Unpack it again rather than refuse to start.
             log.warning("%s; unpacking %s again", e, bundle.name)
-            _discard(target)
+            if writable is None:
+                _discard(cached)
+    elif writable is None and cached.exists():
+        # No file list: an unpack cut short by hand, or not ours. Moved aside, not trusted.
+        log.warning("%s holds no %s; unpacking %s again", cached, BUNDLE_MANIFEST, bundle.name)
+        _discard(cached)
+    base = cache_root if writable is None else _process_folder(cache_root, writable, bundle)
+    target = base / name
     try:
         return unpack(bundle, target)
     except (BundleError, OSError) as e:
@@ -425,6 +416,49 @@ def unpack_cached(bundle: Path, cache_root: Path) -> Path:
         if isinstance(e, BundleError):
             raise
         raise BundleError(f"{bundle}: cannot unpack into {target}: {e}") from e
+
+
+def _writable(folder: Path) -> OSError | None:
+    """None where files can be made in `folder` (made if missing); else why not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):  # a read-only /data fails here
+            pass
+    except OSError as e:
+        return e
+    return None
+
+
+PROCESS_TAG = "process-"
+"""A fallback unpack lives in `<tmp>/.tei-bundle.process-<random>`, flocked by its server for
+as long as it runs: the next server removes those whose server is gone (SIGKILL, the OOM
+killer), which atexit never saw."""
+_held: list[contextlib.ExitStack] = []
+
+
+def _process_folder(cache_root: Path, why: OSError, bundle: Path) -> Path:
+    """A temporary folder of this process's own, held (flocked) until it exits."""
+    stack = contextlib.ExitStack()
+    try:
+        anchor = Path(tempfile.gettempdir()) / "tei-bundle"  # no usable one: FileNotFoundError
+        remove_abandoned(anchor, PROCESS_TAG)
+        base = stack.enter_context(staging_folder(anchor, PROCESS_TAG))
+    except OSError as no_tmp:
+        stack.close()
+        raise BundleError(
+            f"{bundle}: nowhere to unpack it: {cache_root} is not writable "
+            f"({why.strerror or why}) and neither is a temporary folder ({no_tmp}); mount a "
+            f"writable volume at {cache_root} (or /tmp), or serve the unpacked folder"
+        ) from no_tmp
+    _held.append(stack)
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    # The unpack goes one level down: it flocks the folder it unpacks in, which must not be
+    # the one this process holds its own lock on (flock does not nest across descriptors).
+    inner = base / "bundles"
+    inner.mkdir()
+    log.warning("%s is not writable (%s); unpacking %s into %s for this process only",
+                cache_root, why.strerror or why, bundle.name, inner)  # fmt: skip
+    return inner
 
 
 def _discard(folder: Path) -> None:

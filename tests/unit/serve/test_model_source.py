@@ -263,6 +263,10 @@ def test_hub_cache_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     assert model_source.hub_cache(None) == tmp_path
     assert model_source.hub_cache("/data") == Path("/data")
+    # --huggingface-hub-cache / TEI's HUGGINGFACE_HUB_CACHE from a Kubernetes env value or a
+    # Docker exec-form argument: no shell expanded the `~`
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert model_source.hub_cache("~/.cache/hf") == tmp_path / "home" / ".cache" / "hf"
 
 
 @pytest.mark.parametrize(
