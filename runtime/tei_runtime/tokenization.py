@@ -197,9 +197,27 @@ class Tokenizer:
         to half that many bytes (left untouched where that byte is inside a character); what
         it tokenizes is bounded by the payload limit, as here."""
         limit = self.max_input_length * MAX_CHARS_PER_TOKEN
-        if len(query) + len(passage) <= limit:
+        if len(query) + len(passage) > limit:
+            query = _cut_bytes(query, limit // 2, direction)
+            passage = _cut_bytes(passage, limit // 2, direction)
+        # What is left would tokenize in full, and tokenizers' pair truncation then builds
+        # every combination of the two sides' overflow windows: quadratic, seconds for two
+        # 30,000-character sides. Each side is cut as `cut_long` cuts a text (its kept end
+        # exact, at least max_input_length tokens) where that leaves the longer side longer:
+        # then longest-first splits the budget as it would the whole pair.
+        tight = self.max_input_length * CHARS_PER_TOKEN
+        if len(query) <= tight and len(passage) <= tight:
             return query, passage
-        return _cut_bytes(query, limit // 2, direction), _cut_bytes(passage, limit // 2, direction)
+        cut_query = self.cut_long(query, direction)
+        cut_passage = self.cut_long(passage, direction)
+
+        def order(a: str, b: str) -> int:
+            n_a, n_b = self._count(a), self._count(b)
+            return (n_a > n_b) - (n_a < n_b)
+
+        if order(cut_query, cut_passage) == order(query, passage):
+            return cut_query, cut_passage
+        return query, passage  # the cut would flip the sides: exact, at the full cost
 
     def _count(self, text: str) -> int:
         try:

@@ -291,14 +291,36 @@ def test_a_pair_keeps_which_side_is_longer(embed_artifact: Built, direction: str
 
 def test_a_long_pair_is_cut_as_tei_cuts_it(embed_artifact: Built) -> None:
     """Over 16 * 250 characters, TEI cuts each side to 2,000 bytes before tokenizing; a
-    side whose 2,000th byte is inside a character it leaves whole."""
+    side whose 2,000th byte is inside a character it leaves whole. What is left tokenizes
+    to what TEI's tokenizer gives for it (cut further only where that changes nothing)."""
+    from tei_runtime.tokenization import _cut_bytes
+
     m = load(embed_artifact.root)
     half = 16 * MAX_CHARS_PER_TOKEN // 2
     long = "cat " * 3000
-    assert m.tokenizer.cut_pair(long, "dog", "right") == (long[:half], "dog")
-    assert m.tokenizer.cut_pair(long, "dog", "left") == (long[-half:], "dog")
+    assert _cut_bytes(long, half, "right") == long[:half]
+    assert _cut_bytes(long, half, "left") == long[-half:]
     accented = "é" * 4500  # 2 bytes each: byte 2,000 starts a character
-    assert m.tokenizer.cut_pair(accented, "x", "right")[0] == "é" * (half // 2)
+    assert _cut_bytes(accented, half, "right") == "é" * (half // 2)
     odd = "a" + "é" * 4500  # byte 2,000 is the second half of an é
-    assert m.tokenizer.cut_pair(odd, "x", "right")[0] == odd
-    assert m.tokenizer.cut_pair("cat " * 10, "dog", "right") == ("cat " * 10, "dog")
+    assert _cut_bytes(odd, half, "right") == odd
+    assert _cut_bytes("cat " * 10, half, "right") == "cat " * 10
+    for direction, kept in (("right", long[:half]), ("left", long[-half:])):
+        plain = m.tokenizer._left if direction == "left" else m.tokenizer._right
+        (enc,) = m.encode([(long, "dog")], truncation_direction=direction)  # type: ignore[arg-type]
+        assert enc.ids == tuple(plain.encode(kept, "dog").ids)
+
+
+def test_two_long_sides_are_cut_without_flipping_which_is_longer(embed_artifact: Built) -> None:
+    """Both sides far past the budget, under TEI's cut: each is cut tightly (tokenizers'
+    pair truncation is quadratic in what it is given) only where the longer side stays
+    the longer; the pair encodes as the uncut pair does, either way round."""
+    m = load(embed_artifact.root)
+    denser = "a!" * 800  # 1,600 tokens in 1,600 characters
+    sparser = "cat " * 500  # 500 tokens in 2,000 characters: fewer tokens, more characters
+    for pair in ((denser, sparser), (sparser, denser), (sparser, sparser[:-8])):
+        assert len(pair[0] + pair[1]) <= 16 * MAX_CHARS_PER_TOKEN  # no TEI cut: all of it
+        for direction in ("right", "left"):
+            plain = m.tokenizer._left if direction == "left" else m.tokenizer._right
+            (enc,) = m.encode([pair], truncation_direction=direction)  # type: ignore[arg-type]
+            assert enc.ids == tuple(plain.encode(*pair).ids), (pair[0][:8], direction)
