@@ -386,6 +386,12 @@ class GracefulServer(uvicorn.Server):
             self._on_ready()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            # uvicorn force-quits on a second Ctrl-C: every request in flight then gets a
+            # bare 500. TEI ignores it and finishes the graceful shutdown; so do we (SIGKILL
+            # stops the process at once where that is what is wanted).
+            log.info("already shutting down; a second SIGINT is ignored (SIGKILL forces it)")
+            return
         super().handle_exit(sig, frame)
         if not self._deadline_set:
             self._deadline_set = True

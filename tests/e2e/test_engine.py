@@ -236,6 +236,39 @@ def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
             proc.wait()
 
 
+def test_a_second_sigint_does_not_cut_the_requests_in_flight(tokenizer_json: Path) -> None:
+    """Ctrl-C twice (an impatient operator): uvicorn force-quits on the second and every
+    request in flight got a bare 500; as TEI, the second is ignored and all are answered."""
+    proc, url = _serve_fake(tokenizer_json, "0.3")
+    try:
+        results: list[int] = []
+        lock = threading.Lock()
+
+        def call(i: int) -> None:
+            resp = httpx.post(f"{url}/embed", json={"inputs": f"hello {i}"}, timeout=30)
+            with lock:
+                results.append(resp.status_code)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        _wait(lambda: 'te_request_count{method="single"} 8'
+              in httpx.get(f"{url}/metrics", timeout=5).text)  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        for t in threads:
+            t.join(timeout=30)
+        out, _ = proc.communicate(timeout=30)
+        assert results == [200] * 8, out[-3000:]
+        assert proc.returncode == 0, out[-3000:]
+        assert "Traceback" not in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_every_error_answer_is_logged_as_its_kind(
     serve: Callable[..., Running], caplog: pytest.LogCaptureFixture
 ) -> None:
