@@ -174,3 +174,48 @@ def test_an_answer_nobody_reads_is_dropped(
         # Cut (what the kernel already holds still trickles out; the process holds none).
         assert stalled == [True], "the stalled answer was never cut"
     assert r.client.post("/embed", json={"inputs": "hello"}).status_code == 200
+
+
+def test_headers_that_never_end_get_431_and_the_connection_closes(
+    serve: Callable[..., Running],
+) -> None:
+    """A client streaming header lines without end: uvicorn kept every byte (a gigabyte in
+    two seconds). Past 64 KiB of request line and headers: 431, closed, nothing more read."""
+    r = serve(Task.EMBED)
+    url = urlsplit(r.url)
+    limit = KeepAliveHttp10Protocol.max_head_bytes
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        line = b"X-Pad: " + b"a" * 8000 + b"\r\n"
+        try:
+            for _ in range(2 * limit // len(line) + 2):
+                sock.sendall(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed under us: what is asserted next
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+    # headers just under the limit are served as ever
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (limit - 200)
+                     + b"\r\n\r\n")  # fmt: skip
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_pipelined_requests_past_the_limit_close_the_connection(
+    serve: Callable[..., Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that pipelines without reading: reading stays paused while requests wait
+    their turn (uvicorn resumed it after every answer, queueing without end), and one chunk
+    holding more than `max_pipelined` requests closes the connection (what was not answered
+    by then is not), and the server serves on."""
+    monkeypatch.setattr(KeepAliveHttp10Protocol, "max_pipelined", 8)
+    r = serve(Task.EMBED)
+    url = urlsplit(r.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        answered = received.count(b"HTTP/1.1 200")  # the loop ended: the server closed
+        assert answered <= 8, answered
+    assert r.client.get("/health").status_code == 200

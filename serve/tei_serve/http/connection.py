@@ -27,6 +27,10 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _KEEP_ALIVE = (b"connection", b"keep-alive")
+_HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
+    b"connection: close\r\n\r\n"
+)
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 )
@@ -55,6 +59,14 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
     """From the connection (or a request's first byte) to the end of the request's body."""
     stalled_write_seconds = 60.0
     """How long an answer may wait on a client that reads none of it."""
+    max_head_bytes = 64 * 1024
+    """A request's target and headers together; past it, 431 and the connection closes.
+    uvicorn keeps every header byte it is sent (a client streaming headers that never end
+    grew the server by a gigabyte in two seconds); hyper, under TEI, stops at ~400 KB."""
+    max_pipelined = 1024
+    """Requests parsed ahead of the one being answered (HTTP/1.1 pipelining); past it the
+    connection closes. uvicorn resumed reading after each answer, so a client that sends
+    without reading queued requests without end."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -62,17 +74,64 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
         self._write_deadline: asyncio.TimerHandle | None = None
         self._in_headers = False
         """A request has begun and its headers are not all in yet."""
+        self._head_bytes = 0
+        self._refused = False
+        """The connection was answered 431 or cut: what else arrives is not parsed."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_read_deadline()
 
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:
+            super().data_received(data)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_headers = True
+        self._head_bytes = 0
         self._arm_read_deadline()
 
+    def on_url(self, url: bytes) -> None:
+        if self._counted(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._counted(len(name) + len(value)):
+            super().on_header(name, value)
+
+    def _counted(self, size: int) -> bool:
+        """Adds `size` head bytes; False (and the 431 sent) once the head is too large."""
+        if self._refused:
+            return False
+        self._head_bytes += size
+        if self._head_bytes <= self.max_head_bytes:
+            return True
+        self._refuse(_HEADERS_TOO_LARGE)
+        return False
+
+    def _refuse(self, answer: bytes) -> None:
+        self._refused = True
+        self._cancel(self._read_deadline)
+        self._read_deadline = None
+        if not self.transport.is_closing():
+            if answer:
+                self.transport.write(answer)
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.pipeline and not self.transport.is_closing():
+            # uvicorn resumed reading above; more requests are already waiting their turn.
+            self.flow.pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:  # the rest of a refused connection's chunk is parsed, unused
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._refused:
+            return
         self._cancel(self._read_deadline)
         self._read_deadline = None
         super().on_message_complete()
@@ -122,6 +181,11 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
+        if self._refused:
+            return
+        if len(self.pipeline) >= self.max_pipelined:
+            self._refuse(b"")  # the requests answered so far stay answered; the rest is cut
+            return
         super().on_headers_complete()
         cycle = self.cycle
         # The cycle is this request's only if the parent made one (an upgrade returns early);
