@@ -194,6 +194,15 @@ def resolve(
             "exported again", out, stale, root,
         )  # fmt: skip
         return out, reported
+    if stale and current is not None and current.source is None and not source.exists():
+        # A hub id neither the hub (offline, air-gapped) nor the hub cache can give: the
+        # export cannot run again, and refusing to start would lose a working model after
+        # an upgrade of tei-onnx or its toolchain.
+        log.warning(
+            "serving %s as exported earlier, though %s: %s is not in the hub cache and the "
+            "hub cannot be reached, so it cannot be exported again", out, stale, name,
+        )  # fmt: skip
+        return out, reported
     try:
         root.mkdir(parents=True, exist_ok=True)
         lock = (root / f"{out.name}.lock").open("w")

@@ -329,3 +329,33 @@ def test_a_folder_this_user_cannot_search_is_one_error(
     with pytest.raises(model_source.ModelSourceError, match=denied):
         model_source.resolve(str(folder), cache_dir=str(tmp_path / "cache"))
     assert calls == []
+
+
+def test_offline_a_stale_export_of_a_hub_id_is_served_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An air-gapped host after an upgrade: the cached export's record is from another
+    exporter, the checkpoint is not in the hub cache and the hub cannot be reached. The
+    export cannot run again; the old one is served, not a start refused."""
+    from tei_serve.export_record import ExportRecord
+
+    calls = _counted_exports(monkeypatch)
+    cache = tmp_path / "cache"
+    key = model_source.cache_key("acme/minilm", None, ExportOptions(), label="acme/minilm")
+    out = cache / "tei-onnx" / key
+    out.mkdir(parents=True)
+    (out / "manifest.json").write_text("{}")
+    write_record(out, ExportRecord(exporter="0" * 16, source=None))
+    now = ExportRecord(exporter="1" * 16, source=None)  # offline: no commit known
+    monkeypatch.setattr(model_source, "current_record", lambda *_, **__: now)
+    with caplog.at_level("WARNING"):
+        assert model_source.resolve("acme/minilm", cache_dir=str(cache)) == (out, "acme/minilm")
+    assert calls == [] and "cannot be exported again" in caplog.text
+    # online (the hub gives a commit): exported again, as before
+    again: list[bool] = []
+    monkeypatch.setattr(model_source, "export",
+                        lambda *_, overwrite, **__: again.append(overwrite))  # fmt: skip
+    monkeypatch.setattr(model_source, "current_record",
+                        lambda *_, **__: ExportRecord(exporter="1" * 16, source="abc"))  # fmt: skip
+    model_source.resolve("acme/minilm", cache_dir=str(cache))
+    assert again == [True]
