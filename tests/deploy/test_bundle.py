@@ -459,3 +459,29 @@ def test_verify_refuses_what_unpack_would(
     with pytest.raises(BundleError, match=message):
         bundle.unpack(tar, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_what_an_operator_copied_wrong_is_named_with_what_to_do(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    """A copy cut short, a gzipped bundle, a tar of an unpacked folder: each refusal says
+    what to do about it."""
+    import gzip
+
+    tar = bundle.write_bundle(toy_artifact, tmp_path / "toy.tar")
+    cut = tmp_path / "cut.tar"
+    data = tar.read_bytes()
+    cut.write_bytes(data[: len(data) // 2 + 100])
+    with pytest.raises(BundleError, match=r"copy it again"):
+        bundle.verify(cut)
+    zipped = tmp_path / "toy.tar.gz"
+    zipped.write_bytes(gzip.compress(data))
+    assert bundle.is_bundle_file(zipped)  # taken as a (refused) bundle, not a checkpoint
+    with pytest.raises(BundleError, match=r"gzip-compressed; .*gunzip .*toy\.tar\.gz"):
+        resolve(str(zipped), cache_dir=str(tmp_path / "cache"))
+    folder = bundle.unpack(tar, tmp_path / "unpacked")
+    retarred = tmp_path / "re.tar"
+    with tarfile.open(retarred, "w") as t:
+        t.add(folder, arcname=".")
+    with pytest.raises(BundleError, match=r"serve that folder, or `tei-bundle pack` it"):
+        bundle.verify(retarred)

@@ -132,6 +132,11 @@ def write_bundle(artifact_dir: str | Path, out: str | Path) -> Path:
                     tar.addfile(_tar_info(entry.path, entry.size), f)
         publish_file(Path(tmp_name))  # mkstemp made it 0600
         Path(tmp_name).replace(target)
+    except OSError as e:  # a full disk, most likely: the bundle's path, not an errno alone
+        Path(tmp_name).unlink(missing_ok=True)
+        raise BundleError(
+            f"{target}: cannot write it ({e.strerror or e}); nothing was written"
+        ) from e
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
@@ -157,9 +162,27 @@ def _safe_name(bundle: Path, name: str) -> str:
     return PurePosixPath(*parts).as_posix()
 
 
+_MAGIC = {b"\x1f\x8b": "gzip", b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2", b"\x28\xb5\x2f\xfd": "zstd"}
+_DECOMPRESS = {"gzip": "gunzip", "xz": "unxz", "bzip2": "bunzip2", "zstd": "unzstd"}
+
+
+def _compression(path: Path) -> str | None:
+    """The compression a file's first bytes announce, if any."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(6)
+    except OSError:
+        return None
+    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def _read_listing(bundle: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> BundleManifest:
     if member.name != BUNDLE_MANIFEST or not member.isfile():
-        raise BundleError(f"{bundle}: not a tei-onnx bundle (no {BUNDLE_MANIFEST} first)")
+        raise BundleError(
+            f"{bundle}: not a tei-onnx bundle (no {BUNDLE_MANIFEST} first); a tar made of an "
+            "unpacked folder is not one: serve that folder, or `tei-bundle pack` it, which "
+            "gives the original bundle byte for byte"
+        )
     f = tar.extractfile(member)
     assert f is not None  # a regular file member always has a body
     try:
@@ -282,7 +305,15 @@ def _check(bundle: Path, dest: Path | None) -> BundleManifest:
                 seen.add(name)
                 _check_member(bundle, tar, member, entry, dest)
     except tarfile.TarError as e:
-        raise BundleError(f"{bundle}: not a readable tar ({e})") from e
+        if kind := _compression(bundle):
+            raise BundleError(
+                f"{bundle}: {kind}-compressed; a bundle is the plain tar `tei-bundle pack` "
+                f"writes: decompress it first (e.g. `{_DECOMPRESS[kind]} {bundle}`)"
+            ) from e
+        raise BundleError(
+            f"{bundle}: not a readable tar ({e}); the copy is incomplete or damaged, copy it "
+            "again"
+        ) from e
     except OSError as e:
         raise BundleError(f"{bundle}: cannot read it ({e})") from e
     if listing is None:
@@ -329,7 +360,8 @@ def verify_folder(root: Path) -> None:
         actual = sha256_file(path)
         if actual != entry.sha256.lower():
             raise BundleError(
-                f"{path}: sha256 mismatch ({BUNDLE_MANIFEST} {entry.sha256}, file {actual})"
+                f"{path}: sha256 mismatch ({BUNDLE_MANIFEST} {entry.sha256}, file {actual}); "
+                "the folder was changed since it was unpacked: unpack the bundle again"
             )
 
 
@@ -477,8 +509,11 @@ def _discard(folder: Path) -> None:
 
 
 def is_bundle_file(path: Path) -> bool:
-    """What `--model-id` / tei-embed treat as a bundle: a file named *.tar, or a tei-bundle."""
-    return path.is_file() and (path.suffix == ".tar" or is_bundle(path))
+    """What `--model-id` / tei-embed treat as a bundle: a file named *.tar, or a tei-bundle,
+    or a compressed file (refused as a bundle, with how to decompress it)."""
+    return path.is_file() and (
+        path.suffix == ".tar" or is_bundle(path) or _compression(path) is not None
+    )
 
 
 def artifact_folder(path: Path, cache_root: Path) -> Path:
