@@ -115,6 +115,10 @@ class Model:
             if not isinstance(prompt, str):
                 raise ValidationError(f"`prompt` must be a string; got {type(prompt).__name__}")
             return prompt
+        if prompt_name is not None and not isinstance(prompt_name, str):
+            raise ValidationError(
+                f"`prompt_name` must be a string; got {type(prompt_name).__name__}"
+            )
         prompts = self.manifest.prompts
         name = prompt_name if prompt_name is not None else prompts.default_prompt_name
         if name is None:
@@ -141,7 +145,20 @@ class Model:
         truncation_direction None means the manifest's truncation_side. A generative reranker
         puts each pair into its prompt, with `instruction` (default: the model card's).
         """
+        if truncation_direction is not None and truncation_direction not in ("left", "right"):
+            raise ValidationError(
+                f"`truncation_direction` must be left or right. Given: {truncation_direction}"
+            )
+        if instruction is not None and not isinstance(instruction, str):
+            raise ValidationError(
+                f"`instruction` must be a string; got {type(instruction).__name__}"
+            )
         if self._pairs is not None:
+            if prompt_name is not None or prompt is not None:
+                raise ValidationError(
+                    "a generative reranker takes an `instruction`, not a prompt: its pairs "
+                    "go into the model card's template"
+                )
             return self._pairs.encode(
                 inputs,
                 instruction=instruction,
@@ -179,6 +196,14 @@ class Model:
     def decode(
         self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True
     ) -> list[str]:
+        """One text per list of token ids (`[[101, 7592, 102]]`, not a flat list)."""
+        if isinstance(ids, str | bytes) or not all(
+            isinstance(row, Sequence | np.ndarray) and not isinstance(row, str | bytes)
+            for row in ids
+        ):
+            raise ValidationError(
+                "`ids` must be a list of token id lists, one per text (e.g. [[101, 7592, 102]])"
+            )
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     # ---- one padded batch -------------------------------------------------------------

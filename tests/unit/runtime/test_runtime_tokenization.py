@@ -228,6 +228,21 @@ def test_decode(embed_artifact: Built) -> None:
     ids = [[CLS, VOCAB["cat"], VOCAB["sat"], SEP]]
     assert m.decode(ids) == ["cat sat"]
     assert m.decode(ids, skip_special_tokens=False) == ["[CLS] cat sat [SEP]"]
+    assert m.decode(np.array(ids)) == ["cat sat"]  # rows as arrays, e.g. from a batch
+    # the common mistakes: one flat list, a string; said so, not a Python internals message
+    for wrong in (ids[0], "abc"):
+        with pytest.raises(ValidationError, match=r"list of token id lists, one per text"):
+            m.decode(wrong)  # type: ignore[arg-type]
+
+
+def test_argument_types_are_validation_errors(embed_artifact: Built) -> None:
+    m = load(embed_artifact.root)
+    with pytest.raises(ValidationError, match=r"`prompt_name` must be a string; got list"):
+        m.embed(["a"], prompt_name=["query"])  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"`truncation_direction` must be left or right"):
+        m.encode(["a"], truncation_direction="up")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"`instruction` must be a string; got int"):
+        m.encode(["a"], instruction=5)  # type: ignore[arg-type]
 
 
 def test_default_truncation_direction_comes_from_the_manifest(
