@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import subprocess
@@ -263,6 +264,33 @@ def test_a_second_sigint_does_not_cut_the_requests_in_flight(tokenizer_json: Pat
         assert results == [200] * 8, out[-3000:]
         assert proc.returncode == 0, out[-3000:]
         assert "Traceback" not in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_client_that_reads_nothing_does_not_hold_the_shutdown(tokenizer_json: Path) -> None:
+    """A client whose answer sits unread in the server's buffer at SIGTERM: a graceful close
+    waited for it to drain, the whole grace period (20 s here); it is dropped at once."""
+    import socket
+
+    proc, url = _serve_fake(tokenizer_json, "0", "20")
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"inputs": ["hello world " * 580] * 32}).encode()  # under 32 x 250
+        request = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body) + body)  # fmt: skip
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(request * 2)  # answers of MBs, read by no one
+            time.sleep(3)  # tokenized and written, the server's buffer full
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+            took = time.monotonic() - started
+        assert proc.returncode == 0, out[-3000:]
+        assert took < 10, f"shutdown waited {took:.1f} s on a client that reads nothing"
     finally:
         if proc.poll() is None:
             proc.kill()

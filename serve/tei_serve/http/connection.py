@@ -154,6 +154,15 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
         self._write_deadline = None
         super().resume_writing()
 
+    def shutdown(self) -> None:
+        if self._write_deadline is not None and not self.transport.is_closing():
+            # The client reads none of its answer: a graceful close would wait for that
+            # buffer to drain (the whole grace period, holding the shutdown). Its work is
+            # done or cannot be delivered; drop it now.
+            self.transport.abort()
+            return
+        super().shutdown()
+
     def _arm_read_deadline(self) -> None:
         self._cancel(self._read_deadline)
         self._read_deadline = self.loop.call_later(self.request_read_seconds, self._read_late)
