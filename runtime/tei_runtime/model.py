@@ -186,7 +186,9 @@ class Model:
         prompt_name: str | None = None,
         prompt: str | None = None,
     ) -> list[list[Token]]:
-        """TEI's /tokenize view of each input, prompted as `encode` prompts it."""
+        """TEI's /tokenize view of each input, prompted as `encode` prompts it with a prompt
+        name or text. A generative reranker's template is not applied: these are the texts'
+        own tokens, where `encode` puts each pair inside the model card's prompt."""
         return self.tokenizer.tokens(
             inputs,
             add_special_tokens=add_special_tokens,
