@@ -15,7 +15,7 @@ from tei_runtime.manifest import Task
 
 BERT = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 384,
         "num_attention_heads": 12, "num_hidden_layers": 6, "max_position_embeddings": 512}
-RERANKER = {**BERT, "architectures": ["BertForSequenceClassification"]}
+RERANKER = {**BERT, "architectures": ["BertForSequenceClassification"], "num_labels": 1}
 
 
 def _stella_like(root: Path, config: dict[str, object] = BERT) -> Path:
