@@ -46,7 +46,7 @@ from tei_runtime.manifest import (
     encode_manifest,
 )
 from tei_runtime.permissions import publish_tree
-from tei_runtime.staging import remove_abandoned, staging_folder
+from tei_runtime.staging import aside_path, remove_abandoned, staging_folder
 
 # The artifact is built in `.<output name>.partial-<random>` beside the output.
 PARTIAL_TAG = "partial-"
@@ -399,7 +399,7 @@ def _move_into_place(work: Path, output_dir: Path, overwrite: bool) -> None:
                 f"--overwrite to replace it)"
             )
         _check_replaceable(output_dir)
-        aside = output_dir.with_name(f".{output_dir.name}.{REPLACED_TAG}{secrets.token_hex(4)}")
+        aside = aside_path(output_dir, REPLACED_TAG)
         output_dir.rename(aside)
         try:
             work.rename(output_dir)

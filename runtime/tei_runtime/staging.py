@@ -15,6 +15,7 @@ import fcntl
 import glob
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -59,6 +60,13 @@ def staging_folder(target: Path, tag: str) -> Iterator[Path]:
         yield tmp
     finally:
         os.close(fd)
+
+
+def aside_path(target: Path, tag: str) -> Path:
+    """Where `target` is renamed before it is removed or replaced: a name of the staging
+    pattern nobody locks, so `remove_abandoned(target, tag)` sweeps it where the process
+    that moved it died before removing it."""
+    return target.with_name(_prefix(target, tag) + secrets.token_hex(4))
 
 
 def remove_abandoned(target: Path, tag: str) -> list[Path]:

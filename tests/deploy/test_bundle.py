@@ -412,12 +412,16 @@ def test_a_damaged_cached_unpack_is_unpacked_again(
     cache = tmp_path / "cache"
     first = bundle.unpack_cached(tar, cache)
     (first / "tokenizer_config.json").write_text("{}\n")
+    # what a server killed between moving a damaged copy aside and removing it left
+    from tei_runtime.staging import aside_path
+
+    aside_path(first, bundle.UNPACK_TAG).mkdir()
     with caplog.at_level(logging.WARNING):
         again = bundle.unpack_cached(tar, cache)
     assert again == first
     bundle.verify_folder(again)
     assert "tokenizer_config.json: sha256 mismatch" in caplog.text and "again" in caplog.text
-    assert [p.name for p in cache.iterdir()] == [first.name]  # the damaged copy is gone
+    assert [p.name for p in cache.iterdir()] == [first.name]  # damaged copies all gone
 
 
 def _bundle_listing(tmp_path: Path, files: dict[str, bytes]) -> Path:

@@ -24,7 +24,6 @@ import hashlib
 import io
 import logging
 import os
-import secrets
 import shutil
 import tarfile
 import tempfile
@@ -38,7 +37,7 @@ from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import ManifestError
 from tei_runtime.manifest import MANIFEST_NAME
 from tei_runtime.permissions import publish_file, publish_tree
-from tei_runtime.staging import remove_abandoned, staging_folder
+from tei_runtime.staging import aside_path, remove_abandoned, staging_folder
 
 log = logging.getLogger(__name__)
 
@@ -495,8 +494,9 @@ def _process_folder(cache_root: Path, why: OSError, bundle: Path) -> Path:
 
 def _discard(folder: Path) -> None:
     """Move a damaged unpack out of the way in one rename, then remove it: a server starting
-    beside us never sees a half-removed folder under the cache name."""
-    aside = folder.with_name(f".{folder.name}.damaged-{os.getpid()}-{secrets.token_hex(4)}")
+    beside us never sees a half-removed folder under the cache name, and one killed before
+    removing it leaves a folder the next unpack there sweeps."""
+    aside = aside_path(folder, UNPACK_TAG)
     try:
         folder.replace(aside)
     except FileNotFoundError:
