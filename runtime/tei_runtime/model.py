@@ -21,7 +21,7 @@ from tei_runtime.manifest import Manifest, Pooling, Precision, Task, Variant
 from tei_runtime.packing import Packing, run_packed
 from tei_runtime.providers import TRT_MAX_BATCH, Device, ProviderChoice
 from tei_runtime.session import OrtBackend
-from tei_runtime.tokenization import Direction, Input, TextInput, Tokenizer
+from tei_runtime.tokenization import Direction, Input, TextInput, Tokenizer, check_direction
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
@@ -145,25 +145,20 @@ class Model:
         truncation_direction None means the manifest's truncation_side. A generative reranker
         puts each pair into its prompt, with `instruction` (default: the model card's).
         """
-        if truncation_direction is not None and truncation_direction not in ("left", "right"):
-            raise ValidationError(
-                f"`truncation_direction` must be left or right. Given: {truncation_direction}"
-            )
         if instruction is not None and not isinstance(instruction, str):
             raise ValidationError(
                 f"`instruction` must be a string; got {type(instruction).__name__}"
             )
+        direction = truncation_direction or self._truncation_side
         if self._pairs is not None:
             if prompt_name is not None or prompt is not None:
                 raise ValidationError(
                     "a generative reranker takes an `instruction`, not a prompt: its pairs "
                     "go into the model card's template"
                 )
+            check_direction(direction)  # its template path never reaches Tokenizer.encode's
             return self._pairs.encode(
-                inputs,
-                instruction=instruction,
-                truncate=truncate,
-                truncation_direction=truncation_direction or self._truncation_side,
+                inputs, instruction=instruction, truncate=truncate, truncation_direction=direction
             )
         if instruction is not None:
             raise ValidationError(
@@ -173,7 +168,7 @@ class Model:
         return self.tokenizer.encode(
             inputs,
             truncate=truncate,
-            truncation_direction=truncation_direction or self._truncation_side,
+            truncation_direction=direction,
             prefix=self._prefix(prompt_name, prompt),
             add_special_tokens=add_special_tokens,
         )

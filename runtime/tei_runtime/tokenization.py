@@ -125,6 +125,12 @@ def _cut_bytes(text: str, size: int, direction: Direction) -> str:
     return kept.decode("utf-8", "surrogatepass")
 
 
+def check_direction(direction: object) -> None:
+    """A truncation direction is `left` or `right` (TEI's words where it is not)."""
+    if direction not in ("left", "right"):
+        raise ValidationError(f"`truncation_direction` must be left or right. Given: {direction}")
+
+
 def is_text(value: str) -> bool:
     """Whether `value` is text UTF-8 can encode (Python strings may hold lone surrogates,
     from JSON's `\\ud83d` escapes, which no tokenizer takes)."""
@@ -236,10 +242,7 @@ class Tokenizer:
     ) -> list[Encoding]:
         """Tokenize a batch. `prefix` (a prompt) goes before each text and each pair's query."""
         _require_batch(inputs)
-        if truncation_direction not in ("left", "right"):
-            raise ValidationError(
-                f"`truncation_direction` must be left or right. Given: {truncation_direction}"
-            )
+        check_direction(truncation_direction)
         out: list[Encoding | None] = [None] * len(inputs)
         texts: list[TextInput] = []
         where: list[int] = []
