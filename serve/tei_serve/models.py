@@ -110,9 +110,14 @@ class Models:
         try:
             return self.servings[choose(self.candidates, route, requested)]
         except TeiError:
-            if method is not None:
-                self.families.inc("te_request_count", method)
+            self.count_unrouted(method)
             raise
+
+    def count_unrouted(self, method: Method | None) -> None:
+        """A request no model takes, counted in `te_request_count` with no `model` label (as
+        its failure is) where its route counts requests (`method` given)."""
+        if method is not None:
+            self.families.inc("te_request_count", method)
 
     def described(self, requested: str | None) -> Serving:
         """The model an Info call describes: the named one, else the first."""

@@ -192,8 +192,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
         in `te_request_count` gives its `method`, so that one no model takes is counted too."""
         if named is not None and not isinstance(named, str):
             if models.several:  # it was meant to pick one: say so rather than guess
-                if method is not None:
-                    models.families.inc("te_request_count", method)
+                models.count_unrouted(method)
                 raise ModelChoiceError("`model` must be a served model's name (a string)")
             named = None  # one model: ignored, as TEI's server ignores the field
         serving = models.pick(route, named or _model_header(request), method)
