@@ -202,7 +202,11 @@ def test_a_long_first_batch_running_at_sigterm_moves_the_refusal_earlier(
     assert returncode == 0, out[-3000:]
     assert "Traceback" not in out
 
-def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
+def _eight_in_flight_then(
+    tokenizer_json: Path, signals: list[signal.Signals]
+) -> tuple[list[int], str, int, str]:
+    """Eight /embed requests accepted by the served fake model, then `signals` sent 0.3 s
+    apart: their statuses, the output, the exit code and the server's URL."""
     proc, url = _serve_fake(tokenizer_json, "0.3")
     try:
         results: list[int] = []
@@ -218,56 +222,42 @@ def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
             t.start()
         _wait(lambda: 'te_request_count{method="single"} 8'
               in httpx.get(f"{url}/metrics", timeout=5).text)  # all eight accepted
-        proc.send_signal(signal.SIGTERM)
+        for n, sig in enumerate(signals):
+            if n:
+                time.sleep(0.3)
+            proc.send_signal(sig)
         for t in threads:
             t.join(timeout=30)
-        assert results == [200] * 8
         out, _ = proc.communicate(timeout=30)
-        assert proc.returncode == 0, out
-        assert "served" in out
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-        except httpx.TransportError:
-            pass
-        else:  # pragma: no cover
-            raise AssertionError("server still accepting after SIGTERM")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return results, out, proc.returncode, url
+
+
+def test_sigterm_answers_in_flight_then_exits_0(tokenizer_json: Path) -> None:
+    results, out, returncode, url = _eight_in_flight_then(tokenizer_json, [signal.SIGTERM])
+    assert results == [200] * 8
+    assert returncode == 0, out
+    assert "served" in out
+    try:
+        httpx.get(f"{url}/health", timeout=1)
+    except httpx.TransportError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("server still accepting after SIGTERM")
 
 
 def test_a_second_sigint_does_not_cut_the_requests_in_flight(tokenizer_json: Path) -> None:
     """Ctrl-C twice (an impatient operator): uvicorn force-quits on the second and every
     request in flight got a bare 500; as TEI, the second is ignored and all are answered."""
-    proc, url = _serve_fake(tokenizer_json, "0.3")
-    try:
-        results: list[int] = []
-        lock = threading.Lock()
-
-        def call(i: int) -> None:
-            resp = httpx.post(f"{url}/embed", json={"inputs": f"hello {i}"}, timeout=30)
-            with lock:
-                results.append(resp.status_code)
-
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        _wait(lambda: 'te_request_count{method="single"} 8'
-              in httpx.get(f"{url}/metrics", timeout=5).text)  # fmt: skip
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        for t in threads:
-            t.join(timeout=30)
-        out, _ = proc.communicate(timeout=30)
-        assert results == [200] * 8, out[-3000:]
-        assert proc.returncode == 0, out[-3000:]
-        assert "Traceback" not in out
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    results, out, returncode, _ = _eight_in_flight_then(
+        tokenizer_json, [signal.SIGINT, signal.SIGINT]
+    )
+    assert results == [200] * 8, out[-3000:]
+    assert returncode == 0, out[-3000:]
+    assert "Traceback" not in out
 
 
 def test_a_client_that_reads_nothing_does_not_hold_the_shutdown(tokenizer_json: Path) -> None:
