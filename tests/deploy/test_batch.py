@@ -24,11 +24,13 @@ from tei_corpus.job import (
     JOB_FILE,
     CorpusJobError,
     Job,
+    Shard,
     embed_shard,
     finished,
     plan,
     prepare_output,
 )
+from tei_runtime.model import Model
 
 WORDS = ["hello", "world", "the", "cat", "dog", "sat", "on", "mat", "red", "blue", "green"]
 
@@ -236,13 +238,20 @@ def test_ray_error_text_digs_out_the_cause() -> None:
     assert job.ray_error_text(flat) == "ValueError: bad row 7"
 
 
-def test_shards_vectors_markers_and_resume_set(toy_artifact: Path, tmp_path: Path) -> None:
+def _twelve_rows_in_three_shards(
+    artifact: Path, tmp_path: Path
+) -> tuple[Path, Job, list[Shard], Model]:
+    """A prepared output folder for 12 JSONL rows in shards of 5: (out, job, shards, model)."""
     corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
     out = tmp_path / "out"
-    job = _job(toy_artifact, [corpus], 5)
+    job = _job(artifact, [corpus], 5)
     prepare_output(out, job)
     _, shards = plan([corpus], 5)
-    model = tei_runtime.load(toy_artifact, device="cpu")
+    return out, job, shards, tei_runtime.load(artifact, device="cpu")
+
+
+def test_shards_vectors_markers_and_resume_set(toy_artifact: Path, tmp_path: Path) -> None:
+    out, job, shards, model = _twelve_rows_in_three_shards(toy_artifact, tmp_path)
     assert finished(out, shards) == set()
     for shard in shards:
         assert embed_shard(model, job, shard, out) == shard.rows
@@ -266,12 +275,7 @@ def test_progress_is_logged_as_each_marker_lands(
 ) -> None:
     """One line per shard, when its marker lands (not when Ray hands the result back): the
     watcher sees shard 1 while shard 0 is still running, and each shard only once."""
-    corpus = _write_jsonl(tmp_path / "c.jsonl", 12)
-    out = tmp_path / "out"
-    job = _job(toy_artifact, [corpus], 5)
-    prepare_output(out, job)
-    _, shards = plan([corpus], 5)
-    model = tei_runtime.load(toy_artifact, device="cpu")
+    out, job, shards, model = _twelve_rows_in_three_shards(toy_artifact, tmp_path)
     progress = job_module.ProgressLog(out, shards)
     with caplog.at_level(logging.INFO, logger="tei_embed"):
         embed_shard(model, job, shards[1], out)
