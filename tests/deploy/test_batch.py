@@ -34,13 +34,19 @@ from tei_runtime.model import Model
 WORDS = ["hello", "world", "the", "cat", "dog", "sat", "on", "mat", "red", "blue", "green"]
 
 
-def _texts(n: int) -> list[str]:
-    return [" ".join(WORDS[(i + k) % len(WORDS)] for k in range(1 + i % 7)) for i in range(n)]
+def _texts(n: int, *, repeat: int = 1) -> list[str]:
+    words = (1 + i % 7 for i in range(n))
+    return [
+        " ".join(WORDS[(i + k) % len(WORDS)] for k in range(w * repeat))
+        for i, w in enumerate(words)
+    ]
 
 
-def _write_jsonl(path: Path, n: int, *, start: int = 0, blank_every: int = 0) -> Path:
+def _write_jsonl(
+    path: Path, n: int, *, start: int = 0, blank_every: int = 0, repeat: int = 1
+) -> Path:
     lines = []
-    for i, text in enumerate(_texts(n)):
+    for i, text in enumerate(_texts(n, repeat=repeat)):
         lines.append(json.dumps({"id": f"doc-{start + i}", "text": text}))
         if blank_every and i % blank_every == 0:
             lines.append("")
@@ -189,7 +195,6 @@ def test_options_are_checked_before_ray_starts(toy_artifact: Path, tmp_path: Pat
     assert not (out / job.JOB_FILE).exists()
 
 
-
 def test_a_second_run_into_a_busy_output_folder_is_refused(
     toy_artifact: Path, tmp_path: Path
 ) -> None:
@@ -227,6 +232,7 @@ def test_a_ray_address_nothing_answers_is_one_error_not_a_hang(
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
     with pytest.raises(CorpusJobError, match="cannot reach Ray at"):
         job.run(toy_artifact, [corpus], tmp_path / "out2")
+
 
 def test_ray_error_text_digs_out_the_cause() -> None:
     inner = CorpusJobError("a.parquet: no column 'text' (--text-field)")
@@ -416,7 +422,10 @@ def test_ray_job_then_resume(
 @pytest.mark.slow
 def test_cli_killed_then_resumed(minilm_artifact: Path, tmp_path: Path) -> None:
     """The real `tei-embed` process killed mid-job, then rerun to completion."""
-    corpus = _write_jsonl(tmp_path / "c.jsonl", 200)
+    # Texts of up to ~200 tokens: each shard is a few tenths of a second of work, so the kill
+    # lands long before the last of the 20 (one-to-seven-word texts made the whole job shorter
+    # than the progress thread's poll on a fast host: all 20 were done when the kill came).
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 200, repeat=28)
     out = tmp_path / "out"
     cmd = [
         str(Path(sys.executable).with_name("tei-embed")),
@@ -447,7 +456,7 @@ def test_cli_killed_then_resumed(minilm_artifact: Path, tmp_path: Path) -> None:
     assert counts["skipped"] >= done_before and counts["embedded"] == 20 - counts["skipped"]
     ids, vectors = _read_output(out)
     assert ids == [f"doc-{i}" for i in range(200)]
-    expected = tei_runtime.load(minilm_artifact, device="cpu").embed(_texts(200))
+    expected = tei_runtime.load(minilm_artifact, device="cpu").embed(_texts(200, repeat=28))
     np.testing.assert_allclose(vectors, expected, atol=2e-5)
     # The same job asked in int8 would mix two graphs' vectors in one output: refused.
     other = subprocess.run([*cmd, "--dtype", "int8"], capture_output=True, text=True, timeout=600)
@@ -549,8 +558,11 @@ def test_a_bad_line_and_a_lone_surrogate_name_their_row(tmp_path: Path) -> None:
     _refused_row(tmp_path / "half.jsonl", '{"text": "ok"}\n{"text": "emoji \\ud83d"}\n',
                  r"half\.jsonl: row 1's 'text' is not valid text")  # fmt: skip
     # valid JSON, not an object; ids Parquet cannot hold
-    _refused_row(tmp_path / "list.jsonl", '{"text": "ok"}\n[1, 2]\n',
-                 r"list\.jsonl: row 1 \(blank lines not counted, from 0\) is a JSON list")
+    _refused_row(
+        tmp_path / "list.jsonl",
+        '{"text": "ok"}\n[1, 2]\n',
+        r"list\.jsonl: row 1 \(blank lines not counted, from 0\) is a JSON list",
+    )
     big = f'{{"id": 1, "text": "a"}}\n{{"id": {2**70}, "text": "b"}}\n'
     _refused_row(tmp_path / "big.jsonl", big,
                  r"big\.jsonl: row 1's 'id' \d+ does not fit a 64-bit integer")  # fmt: skip
@@ -565,7 +577,8 @@ def test_the_output_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) 
     corpus.mkdir()
     _write_jsonl(corpus / "a.jsonl", 5)
     shard = pa.table({"id": [0, 1, 2], "text": _texts(3)}).replace_schema_metadata(
-        {job.ID_SOURCE_KEY: b"row-number"})  # what a shard of tei-embed's records
+        {job.ID_SOURCE_KEY: b"row-number"}
+    )  # what a shard of tei-embed's records
     pq.write_table(shard, corpus / "part-00000.parquet")
     files, _ = plan([corpus], 10, corpus)
     assert [Path(f.path).name for f in files] == ["a.jsonl"]
