@@ -282,9 +282,11 @@ class Predictions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Rank(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    # TEI's field order (index, text, score): a client comparing bodies byte for byte sees
+    # the same JSON.
     index: int
-    score: float
     text: str | None = None
+    score: float
 
 
 class Ranks(msgspec.Struct, frozen=True, kw_only=True):

@@ -250,6 +250,7 @@ def test_rerank(serve: Callable[..., Running]) -> None:
     assert all(0 < x["score"] < 1 for x in ranks)
     with_text = r.client.post("/rerank", json={**body, "return_text": True}).json()
     assert {x["text"] for x in with_text} == set(body["texts"])
+    assert all(list(x) == ["index", "text", "score"] for x in with_text)  # TEI's key order
     raw = r.client.post("/rerank", json={**body, "raw_scores": True}).json()
     assert [x["index"] for x in raw] == [x["index"] for x in ranks]
     assert r.client.post("/", json=body).json() == ranks
