@@ -502,6 +502,17 @@ def test_message_limit_is_teis_4_mib_or_the_payload_limit(
     assert _code(lambda: answers.extend(stream)) == tonic
     assert len(answers) == 2
     assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
+    # Past twice the limit grpc refuses a message from its length prefix, unread: each call
+    # holds at most that much (64 MiB each was 1.4 GB for 32 calls).
+    huge = pb.EmbedRequest(inputs="a" * (9 * 1024 * 1024))
+    code, _ = _code(lambda: embed.Embed(huge))
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    # No compressed messages, as tonic without `accept_compressed`: 62 KiB of gzip inflated
+    # to a 64 MiB message.
+    gzip = stubs.EmbedStub(grpc.insecure_channel(r.target, compression=grpc.Compression.Gzip))
+    code, _ = _code(lambda: gzip.Embed(pb.EmbedRequest(inputs="a")))
+    assert code is grpc.StatusCode.UNIMPLEMENTED
+    assert embed.Embed(pb.EmbedRequest(inputs="a")).embeddings
 
 
 # -- streams: order, batching, 10,000 messages, cancellation -------------------------------------

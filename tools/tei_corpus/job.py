@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 
 from tei_bundle import artifact_folder
+from tei_corpus.rows import BadRows, JsonlFile, check_parquet
 from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.manifest import MANIFEST_NAME, read_manifest
@@ -58,6 +59,8 @@ RAY_REACH_SECONDS = 5.0
 answers for ever."""
 BUNDLE_CACHE = ".bundle"
 SUFFIXES = {".jsonl": "jsonl", ".parquet": "parquet"}
+NAMED_SUFFIXES = {**SUFFIXES, ".ndjson": "jsonl"}
+"""A file named on the command line: these, in any case."""
 
 
 class CorpusJobError(RuntimeError):
@@ -132,24 +135,23 @@ def done_marker(out_dir: Path, index: int) -> Path:
 
 def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]:
     """The input files in the order given, each once (a file named twice, or also inside a
-    folder given, would embed its rows twice). A folder's `part-NNNNN.parquet` files in
-    `output` are not inputs: they are this job's own shards, where the output folder is an
-    input folder too."""
+    folder given, would embed its rows twice). The output folder is no input folder:
+    `read_parquet(output)` would read the corpus's files with the shards."""
     files: list[Path] = []
     mine = output.resolve() if output is not None else None
-
-    def shard_named(p: Path) -> bool:
-        return p.parent.resolve() == mine and _SHARD_NAME.fullmatch(p.name) is not None
-
     for path in paths:
         if path.is_dir():
+            if path.resolve() == mine:
+                raise CorpusJobError(
+                    f"{path}: the output folder is also an input folder, where reading the "
+                    "shards back as one table would read the corpus with them; give a new "
+                    "output folder (one inside it is fine: only a folder's top level is read)"
+                )
             # Names from `_` or `.` are skipped unread and unmentioned, as pyarrow and Spark
             # skip them reading a folder: markers, temporaries, macOS's `._x.jsonl` twins.
             entries = [p for p in sorted(path.iterdir()) if not p.name.startswith(("_", "."))]
-            found = [p for p in entries if p.suffix in SUFFIXES and p.is_file()
-                     and not (shard_named(p) and _written_here(p))]  # fmt: skip
-            skipped = [p.name + ("/" if p.is_dir() else "") for p in entries
-                       if p not in found and not (shard_named(p) and _written_here(p))]  # fmt: skip
+            found = [p for p in entries if p.suffix in SUFFIXES and p.is_file()]
+            skipped = [p.name + ("/" if p.is_dir() else "") for p in entries if p not in found]
             if skipped:
                 shown = ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else "")
                 log.warning(
@@ -160,13 +162,13 @@ def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]
                 raise CorpusJobError(f"{path}: no *.jsonl or *.parquet files in it")
             files += found
         elif path.is_file():
-            if path.suffix not in SUFFIXES:
-                raise CorpusJobError(f"{path}: not .jsonl or .parquet")
+            if path.suffix.lower() not in NAMED_SUFFIXES:
+                raise CorpusJobError(f"{path}: not .jsonl, .ndjson or .parquet")
             files.append(path)
         else:
             raise CorpusJobError(f"{path}: no such file or folder")
     for p in files:
-        if shard_named(p):
+        if p.parent.resolve() == mine and _SHARD_NAME.fullmatch(p.name):
             # Its rows would be read, then the file replaced by the shard of that name.
             raise CorpusJobError(
                 f"{p}: an input named like the output's shards, in the output folder: the job "
@@ -191,27 +193,43 @@ def _written_here(path: Path) -> bool:
     return ID_SOURCE_KEY in metadata
 
 
-def _jsonl_offsets(path: Path, shard_rows: int) -> tuple[int, list[int], str]:
+def _jsonl_offsets(
+    path: Path, shard_rows: int, checker: JsonlFile | None = None
+) -> tuple[int, list[int], str]:
     """Row count, the byte offset of every shard's first row (blank lines are no rows) and
-    the file's sha256, hashed in the same pass."""
+    the file's sha256, hashed in the same pass (which checks every row, given a checker)."""
     offsets: list[int] = []
     rows = 0
     position = 0
     digest = hashlib.sha256()
     with path.open("rb") as f:
-        for line in f:
+        for line_number, line in enumerate(f, start=1):
             digest.update(line)
             if line.strip():
                 if rows % shard_rows == 0:
                     offsets.append(position)
+                if checker is not None:
+                    checker.check(line, line_number, rows)
                 rows += 1
             position += len(line)
     return rows, offsets, digest.hexdigest()
 
 
+class Fields(msgspec.Struct, frozen=True, kw_only=True):
+    """What the planner checks every row for."""
+
+    text: str
+    id: str
+    id_given: bool
+    """--id-field was given: an id field no input has is a typo, not "use row numbers"."""
+
+
 def plan(
-    paths: Sequence[Path], shard_rows: int, output: Path | None = None
-) -> tuple[list[InputFile], list[Shard]]:
+    paths: Sequence[Path], shard_rows: int, output: Path | None = None,
+    fields: Fields | None = None,
+) -> tuple[list[InputFile], list[Shard]]:  # fmt: skip
+    """The inputs and their shards; with `fields`, every row checked too (one error naming
+    the bad rows, before anything is recorded)."""
     if shard_rows < 1:
         raise CorpusJobError(f"--shard-rows must be at least 1, got {shard_rows}")
     import pyarrow.parquet as pq
@@ -219,13 +237,19 @@ def plan(
     inputs: list[InputFile] = []
     shards: list[Shard] = []
     corpus_row = 0
+    bad = BadRows()
+    with_ids = 0
     for path in input_files(paths, output):
-        kind = SUFFIXES[path.suffix]
+        kind = NAMED_SUFFIXES[path.suffix.lower()]
         if kind == "jsonl":
-            rows, offsets, digest = _jsonl_offsets(path, shard_rows)
+            checker = None if fields is None else JsonlFile(path, fields.text, fields.id, bad)
+            rows, offsets, digest = _jsonl_offsets(path, shard_rows, checker)
+            with_ids += bool(checker is not None and checker.has_ids)
         else:
             try:
                 rows, offsets = pq.ParquetFile(path).metadata.num_rows, []
+                if fields is not None:
+                    with_ids += check_parquet(path, fields.text, fields.id, bad)
             except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
                 raise CorpusJobError(f"{path}: not a readable Parquet file ({e})") from e
             digest = sha256_file(path)
@@ -251,6 +275,13 @@ def plan(
                 )
             )
         corpus_row += rows
+    if bad.count:
+        raise CorpusJobError(bad.message())
+    if fields is not None and fields.id_given and not with_ids and corpus_row:
+        raise CorpusJobError(
+            f"--id-field {fields.id!r}: no input has it (a JSONL file's first row, a Parquet "
+            "file's columns); leave --id-field out to number the rows"
+        )
     return inputs, shards
 
 
@@ -262,9 +293,7 @@ ID_SOURCE_KEY = b"tei_embed.ids"
 """A shard's schema metadata: where its ids come from (the id field, or ROW_NUMBER_IDS)."""
 
 
-def read_shard(
-    shard: Shard, text_field: str, id_field: str
-) -> tuple[list[str], list[Any], str]:
+def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str], list[Any], str]:
     """The shard's texts, ids (the corpus row number where the input has no id field) and
     where the ids come from (`id_field`, or ROW_NUMBER_IDS)."""
     if shard.kind == "jsonl":
@@ -443,7 +472,12 @@ def embed_shard(model: Model, job: Job, shard: Shard, out_dir: Path) -> int:
     started = time.monotonic()
     texts, ids, id_source = read_shard(shard, job.text_field, job.id_field)
     vectors = model.embed(texts, normalize=job.normalize, prompt_name=job.prompt_name)
-    write_shard(out_dir, shard, ids, vectors, time.monotonic() - started, id_source)
+    try:
+        write_shard(out_dir, shard, ids, vectors, time.monotonic() - started, id_source)
+    except OSError as e:  # a full disk is the output's, not the input's the error named
+        raise CorpusJobError(
+            f"{out_dir}: could not write {part_name(shard.index)}.parquet: {e.strerror or e}"
+        ) from e
     return len(ids)
 
 
@@ -475,6 +509,26 @@ def refuse_foreign_shards(out_dir: Path) -> None:
                 f"replace it; is {out_dir} an input given as the output (the output folder "
                 "goes last)? Give another output folder"
             )
+
+
+def refuse_grown_inputs(files: Sequence[InputFile]) -> None:
+    """An input whose size changed while the job ran (rows appended to a file being
+    written): the rows past the plan were not embedded, which exit 0 would hide."""
+    changed = [f"{f.path} ({f.size} -> {size} bytes)" for f in files
+               if (size := _size(Path(f.path))) != f.size]  # fmt: skip
+    if changed:
+        raise CorpusJobError(
+            f"changed while the job ran: {', '.join(changed)}; the shards hold the rows as "
+            "planned (the same command refuses the changed input): embed the new rows into a "
+            "new output folder"
+        )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def _as_recorded(job: Job, previous: Job) -> Job:
@@ -523,6 +577,13 @@ def prepare_output(out_dir: Path, job: Job) -> None:
             )
         else:
             return
+    elif any(out_dir.glob("_part-*.done")):
+        # Shards whose job is unknown (its record deleted to "start over", or lost in a copy
+        # that skipped `_` files): adopting them would mix another job's vectors in.
+        raise CorpusJobError(
+            f"{out_dir} holds finished shards but no {JOB_FILE}, so which job wrote them is "
+            "unknown; use a new output folder, or remove the part-* and _part-* files there"
+        )
     tmp = out_dir / f".{JOB_FILE}.tmp"
     tmp.write_bytes(msgspec.json.format(msgspec.json.encode(job), indent=2) + b"\n")
     tmp.replace(path)
@@ -584,7 +645,7 @@ def run(
     out_dir: Path,
     *,
     text_field: str = "text",
-    id_field: str = "id",
+    id_field: str | None = None,
     shard_rows: int = 10_000,
     actors: int = 1,
     threads_per_actor: int = 1,
@@ -595,13 +656,15 @@ def run(
     address: str | None = None,
 ) -> dict[str, int]:
     """Embed every unfinished shard; returns counts of shards done now, skipped and total.
-    `address`: the Ray cluster to run on (else RAY_ADDRESS, else a local Ray), reached only
-    once everything else has been checked."""
+    `id_field`: None reads ids from "id" where the inputs have it, else numbers the rows; a
+    name given must be in the inputs. `address`: the Ray cluster to run on (else
+    RAY_ADDRESS, else a local Ray), reached only once everything else has been checked."""
     if actors < 1 or threads_per_actor < 1:
         raise CorpusJobError("--actors and --threads-per-actor must be at least 1")
     with _output_lock(out_dir):
         return _run_locked(
-            artifact, inputs, out_dir, text_field=text_field, id_field=id_field,
+            artifact, inputs, out_dir,
+            fields=Fields(text=text_field, id=id_field or "id", id_given=id_field is not None),
             shard_rows=shard_rows, actors=actors, threads_per_actor=threads_per_actor,
             device=device, dtype=dtype, normalize=normalize, prompt_name=prompt_name,
             address=address,
@@ -633,8 +696,7 @@ def _run_locked(
     inputs: Sequence[Path],
     out_dir: Path,
     *,
-    text_field: str,
-    id_field: str,
+    fields: Fields,
     shard_rows: int,
     actors: int,
     threads_per_actor: int,
@@ -659,7 +721,7 @@ def _run_locked(
     if prompt_name is not None and prompt_name not in manifest.prompts.prompts:
         known = ", ".join(sorted(manifest.prompts.prompts)) or "none"
         raise CorpusJobError(f"unknown --prompt-name {prompt_name!r}; the artifact has: {known}")
-    files, shards = plan(inputs, shard_rows, out_dir)
+    files, shards = plan(inputs, shard_rows, out_dir, fields)
     refuse_foreign_shards(out_dir)
     job = Job(
         inputs=files,
@@ -667,8 +729,8 @@ def _run_locked(
         artifact_manifest=sha256_file(artifact / MANIFEST_NAME),
         variant=variant.name,
         model_id=manifest.source.model_id,
-        text_field=text_field,
-        id_field=id_field,
+        text_field=fields.text,
+        id_field=fields.id,
         shard_rows=shard_rows,
         normalize=normalize,
         prompt_name=prompt_name,
@@ -685,6 +747,8 @@ def _run_locked(
         total_rows,
         actors,
     )
+    if not shards:
+        log.warning("the inputs hold no rows: nothing to embed")
     if not todo:
         return {"embedded": 0, "skipped": len(done), "total": len(shards)}
     local = not ray.is_initialized() and not address and not os.environ.get("RAY_ADDRESS")
@@ -715,6 +779,7 @@ def _run_locked(
             if row.get("error"):
                 raise CorpusJobError(f"shard {part_name(int(row['index']))}: {row['error']}")
             embedded += 1
+    refuse_grown_inputs(files)
     if mismatch := id_mismatch(out_dir, shards):
         # Every vector is written and right: said loudly, not a failed job.
         log.warning("%s", mismatch)
@@ -902,8 +967,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--text-field", default="text", help="field/column with the text (text)")
     p.add_argument(
         "--id-field",
-        default="id",
-        help="field/column with the id (id); the corpus row number when absent",
+        default=None,
+        help="field/column with the id (default: `id` where the inputs have it, else the "
+        "corpus row number; a name given must be in the inputs)",
     )
     p.add_argument("--shard-rows", type=_positive, default=10_000,
                    help="rows per output shard (10000)")  # fmt: skip

@@ -30,7 +30,7 @@ from tei_serve.errors import UnhealthyError
 from tei_serve.grpc import tei_pb2
 from tei_serve.grpc.auth import BearerAuth
 from tei_serve.grpc.reflection_pool import MethodSymbolPool
-from tei_serve.grpc.services import TRANSPORT_MESSAGE_LIMIT, TeiServices, message_limit
+from tei_serve.grpc.services import TeiServices, transport_limit
 from tei_serve.metrics_port import MetricsPort
 from tei_serve.models import Models
 from tei_serve.serving import Serving
@@ -125,9 +125,10 @@ class GrpcServer:
         server = aio.server(
             interceptors=[BearerAuth(s.api_key)] if s.api_key is not None else [],
             options=[
-                # `decoder` holds messages to `message_limit` and answers as TEI does.
-                ("grpc.max_receive_message_length",
-                 max(message_limit(s.payload_limit), TRANSPORT_MESSAGE_LIMIT)),
+                ("grpc.max_receive_message_length", transport_limit(s.payload_limit)),
+                # Identity only, as tonic without `accept_compressed`: a gzip message that
+                # inflates 1000x would have the server hold 64 MiB for 62 KiB sent.
+                ("grpc.compression_enabled_algorithms_bitset", 1),
                 # grpc sets SO_REUSEPORT by default: a second server would share a taken port
                 # silently instead of failing to start.
                 ("grpc.so_reuseport", 0),
