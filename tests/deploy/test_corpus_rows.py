@@ -188,3 +188,17 @@ def test_a_full_disk_names_the_output_not_the_input(
     with pytest.raises(CorpusJobError) as e:
         job.embed_shard(model, recorded, shard, out)
     assert str(e.value) == f"{out}: could not write part-00000.parquet: No space left on device"
+
+
+def test_shard_names_sort_as_the_rows_past_99999_shards(tmp_path: Path) -> None:
+    """Five digits sorted `part-100000` before `part-99999`: `read_parquet(out)` read the
+    rows out of order. The width is the last shard's, five at least (older jobs' names)."""
+    assert job.part_name(3, 20) == "part-00003"
+    assert [job.part_name(i, 100_001) for i in (0, 99_999, 100_000)] == [
+        "part-000000", "part-099999", "part-100000",
+    ]  # fmt: skip
+    assert job.part_name(99_999, 100_000) == "part-99999"
+    corpus = _jsonl(tmp_path / "c.jsonl", [{"text": "x"}] * 12)
+    _, shards = plan([corpus], 5, fields=FIELDS)
+    assert [s.name for s in shards] == ["part-00000", "part-00001", "part-00002"]
+    assert job.done_marker(tmp_path, shards[2]) == tmp_path / "_part-00002.done"

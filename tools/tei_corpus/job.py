@@ -110,6 +110,8 @@ class Shard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     """JSONL: byte offset of the first row, so an actor seeks instead of scanning."""
     first_row: int = 0
     """Row number within the whole corpus: the id when the input has no id field."""
+    name: str = ""
+    """`part-NNNNN`, its output's name (`part_name`)."""
 
 
 class Done(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -117,8 +119,10 @@ class Done(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     seconds: float
 
 
-def part_name(index: int) -> str:
-    return f"part-{index:05d}"
+def part_name(index: int, shards: int = 0) -> str:
+    """`part-00042`: five digits, or as many as the last of `shards` needs, so that the names
+    sort as the corpus's rows (`part-100000` sorted before `part-99999`)."""
+    return f"part-{index:0{max(5, len(str(shards - 1)))}d}"
 
 
 # ---- planning: inputs -> shards ----------------------------------------------------------
@@ -127,10 +131,10 @@ def part_name(index: int) -> str:
 _SHARD_NAME = re.compile(r"part-\d{5,}\.parquet")
 
 
-def done_marker(out_dir: Path, index: int) -> Path:
+def done_marker(out_dir: Path, shard: Shard) -> Path:
     """`_part-NNNNN.done`: the leading underscore is what pyarrow, pandas and Spark skip when
     they read the folder as one dataset, so the markers do not break `read_parquet(out)`."""
-    return out_dir / f"_{part_name(index)}.done"
+    return out_dir / f"_{shard.name}.done"
 
 
 def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]:
@@ -284,6 +288,7 @@ def plan(
             f"--id-field {fields.id!r}: no input has it (a JSONL file's first row, a Parquet "
             "file's columns); leave --id-field out to number the rows"
         )
+    shards = [msgspec.structs.replace(s, name=part_name(s.index, len(shards))) for s in shards]
     return inputs, shards
 
 
@@ -368,7 +373,7 @@ def id_mismatch(out_dir: Path, shards: Sequence[Shard]) -> str | None:
 
     first: dict[tuple[str, str], str] = {}
     for shard in shards:
-        path = out_dir / f"{part_name(shard.index)}.parquet"
+        path = out_dir / f"{shard.name}.parquet"
         schema = pq.read_schema(path)
         source = (schema.metadata or {}).get(ID_SOURCE_KEY, b"?").decode()
         first.setdefault((str(schema.field("id").type), source), path.name)
@@ -458,12 +463,12 @@ def write_shard(
         }
     )
     table = table.replace_schema_metadata({ID_SOURCE_KEY: id_source.encode()})
-    name = part_name(shard.index)
+    name = shard.name
     final = out_dir / f"{name}.parquet"
     tmp = out_dir / f".{name}.parquet.tmp-{os.getpid()}"
     pq.write_table(table, tmp)
     tmp.replace(final)
-    marker = done_marker(out_dir, shard.index)
+    marker = done_marker(out_dir, shard)
     marker_tmp = out_dir / f".{name}.done.tmp-{os.getpid()}"
     marker_tmp.write_bytes(msgspec.json.encode(Done(rows=len(ids), seconds=seconds)))
     marker_tmp.replace(marker)
@@ -478,7 +483,7 @@ def embed_shard(model: Model, job: Job, shard: Shard, out_dir: Path) -> int:
         write_shard(out_dir, shard, ids, vectors, time.monotonic() - started, id_source)
     except OSError as e:  # a full disk is the output's, not the input's the error named
         raise CorpusJobError(
-            f"{out_dir}: could not write {part_name(shard.index)}.parquet: {e.strerror or e}"
+            f"{out_dir}: could not write {shard.name}.parquet: {e.strerror or e}"
         ) from e
     return len(ids)
 
@@ -486,8 +491,8 @@ def embed_shard(model: Model, job: Job, shard: Shard, out_dir: Path) -> int:
 def finished(out_dir: Path, shards: Sequence[Shard]) -> set[int]:
     done: set[int] = set()
     for shard in shards:
-        name = part_name(shard.index)
-        marker = done_marker(out_dir, shard.index)
+        name = shard.name
+        marker = done_marker(out_dir, shard)
         if marker.is_file() and (out_dir / f"{name}.parquet").is_file():
             try:
                 rows = msgspec.json.decode(marker.read_bytes(), type=Done).rows
@@ -779,7 +784,7 @@ def _run_locked(
     with ProgressLog(out_dir, todo):
         for row in _rows(dataset):
             if row.get("error"):
-                raise CorpusJobError(f"shard {part_name(int(row['index']))}: {row['error']}")
+                raise CorpusJobError(f"shard {shards[int(row['index'])].name}: {row['error']}")
             embedded += 1
     refuse_grown_inputs(files)
     if mismatch := id_mismatch(out_dir, shards):
@@ -803,6 +808,7 @@ class ProgressLog:
         self._out_dir = out_dir
         self._todo = list(todo)
         self._rows = {s.index: s.rows for s in todo}
+        self._names = {s.index: s.name for s in todo}
         self._logged: set[int] = set()
         self._logged_rows = 0
         self._started = time.monotonic()
@@ -832,7 +838,7 @@ class ProgressLog:
         pending = [
             s
             for s in self._todo
-            if s.index not in self._logged and done_marker(self._out_dir, s.index).name in names
+            if s.index not in self._logged and done_marker(self._out_dir, s).name in names
         ]
         for index in sorted(finished(self._out_dir, pending)):
             self._logged.add(index)
@@ -840,7 +846,7 @@ class ProgressLog:
             rate = self._logged_rows / max(time.monotonic() - self._started, 1e-9)
             log.info(
                 "shard %s done: %d/%d shards, %d/%d rows, %.0f rows/s",
-                part_name(index),
+                self._names[index],
                 len(self._logged),
                 len(self._todo),
                 self._logged_rows,
