@@ -11,11 +11,13 @@ a `model` label (the served model name); with one it carries none, exactly as TE
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+import numpy as np
 import prometheus_client
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
@@ -151,7 +153,20 @@ class MetricFamilies:
                     else:
                         lines.append(f"{name} {_number(value)}")
         text = "\n".join(lines) + ("\n" if lines else "")
-        return text.encode() + prometheus_client.generate_latest(self.registry)
+        histograms = prometheus_client.generate_latest(self.registry)
+        return text.encode() + _BUCKET_BOUND.sub(_rust_bound, histograms)
+
+
+_BUCKET_BOUND = re.compile(rb'le="(?!\+Inf")([^"]+)"')
+
+
+def _rust_bound(match: re.Match[bytes]) -> bytes:
+    """A bucket's `le` as TEI's exporter writes it (Rust's float Display: `32`, `1048576`,
+    `0.000015000000000000002`), where prometheus_client writes `32.0`, `1.048576e+06` and
+    `1.5000000000000002e-05`: Prometheus 2 stores each spelling as a series of its own, so a
+    dashboard or rule naming TEI's `le` would find nothing."""
+    bound = float(match.group(1))
+    return b'le="' + np.format_float_positional(bound, trim="-").encode() + b'"'
 
 
 def _number(value: float) -> str:
