@@ -46,7 +46,7 @@ def test_every_bad_row_is_named_by_line_and_row(tmp_path: Path) -> None:
         '{"id": 7.5, "text": "ok"}\n'
     )
     said = _refused([corpus])
-    assert said.startswith("7 rows of the corpus cannot be embedded (nothing was started")
+    assert said.startswith("the corpus cannot be embedded as it is, 7 problems (nothing was")
     for line, row, what in [
         (3, 1, "'text' is a number, not a string"),
         (4, 2, "no 'text' field (--text-field)"),
@@ -62,7 +62,8 @@ def test_every_bad_row_is_named_by_line_and_row(tmp_path: Path) -> None:
 def test_only_the_first_bad_rows_are_shown(tmp_path: Path) -> None:
     corpus = _jsonl(tmp_path / "c.jsonl", [{"text": i} for i in range(25)])
     said = _refused([corpus])
-    assert said.startswith("25 rows") and said.endswith("... and 15 more")
+    assert said.startswith("the corpus cannot be embedded as it is, 25 problems")
+    assert said.endswith("... and 15 more")
     assert said.count("is a number, not a string") == rows.SHOWN
 
 
@@ -117,10 +118,15 @@ def test_parquet_columns_are_checked(tmp_path: Path) -> None:
     assert "row 3: 'id' 9223372036854775813 does not fit a 64-bit integer" in refused(
         pa.table({"id": huge, "text": ["a", "b", "c", "d"]})
     )
-    # large strings and dictionary-encoded texts are text
-    texts = pa.array(["a", "b", "a"]).dictionary_encode()
-    pq.write_table(pa.table({"id": ["x", "y", "z"], "text": texts}), tmp_path / "ok.parquet")
-    plan([tmp_path / "ok.parquet"], 2, fields=FIELDS)
+    twice = pa.Table.from_arrays([pa.array(["a"]), pa.array(["b"])], names=["text", "text"])
+    assert "t.parquet: 2 columns named 'text'" in refused(twice)
+    # large strings, string views (Polars) and dictionary-encoded texts are text
+    for texts in (pa.array(["a", "b", "a"]).dictionary_encode(),
+                  pa.array(["a", "b", "c"], pa.large_string()),
+                  pa.array(["a", "b", "c"], pa.string_view())):  # fmt: skip
+        table = pa.table({"id": pa.array(["x", "y", "z"], pa.string_view()), "text": texts})
+        pq.write_table(table, tmp_path / "ok.parquet")
+        plan([tmp_path / "ok.parquet"], 2, fields=FIELDS)
 
 
 def test_a_bad_row_late_in_the_corpus_stops_the_job_before_anything_is_recorded(
@@ -193,12 +199,70 @@ def test_a_full_disk_names_the_output_not_the_input(
 def test_shard_names_sort_as_the_rows_past_99999_shards(tmp_path: Path) -> None:
     """Five digits sorted `part-100000` before `part-99999`: `read_parquet(out)` read the
     rows out of order. The width is the last shard's, five at least (older jobs' names)."""
-    assert job.part_name(3, 20) == "part-00003"
-    assert [job.part_name(i, 100_001) for i in (0, 99_999, 100_000)] == [
+    assert job.name_digits(20) == 5 and job.name_digits(100_000) == 5
+    assert job.name_digits(100_001) == 6
+    assert [job.part_name(i, 6) for i in (0, 99_999, 100_000)] == [
         "part-000000", "part-099999", "part-100000",
     ]  # fmt: skip
-    assert job.part_name(99_999, 100_000) == "part-99999"
+    assert job.part_name(3) == "part-00003"
     corpus = _jsonl(tmp_path / "c.jsonl", [{"text": "x"}] * 12)
     _, shards = plan([corpus], 5, fields=FIELDS)
     assert [s.name for s in shards] == ["part-00000", "part-00001", "part-00002"]
     assert job.done_marker(tmp_path, shards[2]) == tmp_path / "_part-00002.done"
+
+
+def test_any_input_in_the_output_folder_is_refused(tmp_path: Path) -> None:
+    """`read_parquet(out)` would read it with the shards (or a shard replace it)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    pq.write_table(pa.table({"text": ["a"]}), out / "corpus.parquet")
+    with pytest.raises(CorpusJobError, match=r"corpus\.parquet: an input in the output folder"):
+        plan([out / "corpus.parquet"], 10, out)
+    pq.write_table(pa.table({"text": ["a"]}), out / "part-00000.PARQUET")
+    with pytest.raises(CorpusJobError, match="named like the output's shards"):
+        plan([out / "part-00000.PARQUET"], 10, out)
+
+
+def _record(out: Path, files: list[job.InputFile], **kw: object) -> job.Job:
+    recorded = job.Job(
+        inputs=files, artifact_variants={}, model_id="m", text_field="text", id_field="id",
+        shard_rows=1, normalize=True, **kw,
+    )  # type: ignore[arg-type]  # fmt: skip
+    return recorded
+
+
+def test_a_job_recorded_with_five_digit_names_resumes_with_them(tmp_path: Path) -> None:
+    """Its shards past 99,999 were named `part-100000`, the first `part-00000`: a resume
+    naming them with six digits would redo all and leave the rows twice."""
+    corpus = _jsonl(tmp_path / "c.jsonl", [{"text": "x"}] * 3)
+    files, _ = plan([corpus], 1, fields=FIELDS)
+    out = tmp_path / "out"
+    job.prepare_output(out, _record(out, files))  # as an older tei-embed wrote it
+    (out / "_part-00000.done").write_text("{}")
+    assert job.prepare_output(out, _record(out, files, shard_digits=6)).shard_digits == 5
+    fresh = tmp_path / "fresh"
+    assert job.prepare_output(fresh, _record(fresh, files, shard_digits=6)).shard_digits == 6
+    assert job.prepare_output(fresh, _record(fresh, files, shard_digits=6)).shard_digits == 6
+
+
+def test_a_recorded_job_with_an_id_field_no_input_has_still_resumes(
+    toy_artifact: Path, tmp_path: Path
+) -> None:
+    """An older tei-embed numbered the rows where --id-field named a field no input had; the
+    same command must still finish (or confirm) that job."""
+    corpus = _jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "x"}])
+    out = tmp_path / "out"
+    with pytest.raises(CorpusJobError, match="--id-field 'doc_id': no input has it"):
+        job.run(toy_artifact, [corpus], out, id_field="doc_id", shard_rows=1)
+    model = tei_runtime.load(toy_artifact, device="cpu")
+    files, [shard] = plan([corpus], 1)
+    recorded = job.Job(
+        inputs=files, artifact_variants={v.name: v.sha256 for v in model.manifest.variants},
+        artifact_manifest=job.sha256_file(toy_artifact / "manifest.json"),
+        variant=model.variant.name, model_id=model.manifest.source.model_id,
+        text_field="text", id_field="doc_id", shard_rows=1, normalize=True,
+    )  # fmt: skip
+    job.prepare_output(out, recorded)
+    job.embed_shard(model, recorded, shard, out)
+    counts = job.run(toy_artifact, [corpus], out, id_field="doc_id", shard_rows=1)
+    assert counts == {"embedded": 0, "skipped": 1, "total": 1}

@@ -97,6 +97,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """sha256 of the artifact's manifest.json: its pooling, prompts, length and tokenizer
     checksums change vectors as much as a graph does. Empty in a job an older tei-embed
     recorded, which is then compared without it."""
+    shard_digits: int = 5
+    """Digits of its shard names (`name_digits`); 5 in a job an older tei-embed recorded,
+    whose names were padded to five whatever the count, and which resumes with them."""
 
 
 class Shard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -119,10 +122,14 @@ class Done(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     seconds: float
 
 
-def part_name(index: int, shards: int = 0) -> str:
-    """`part-00042`: five digits, or as many as the last of `shards` needs, so that the names
-    sort as the corpus's rows (`part-100000` sorted before `part-99999`)."""
-    return f"part-{index:0{max(5, len(str(shards - 1)))}d}"
+def name_digits(shards: int) -> int:
+    """Five, or as many as the last of `shards` needs, so that the names sort as the
+    corpus's rows (five sorted `part-100000` before `part-99999`)."""
+    return max(5, len(str(shards - 1)))
+
+
+def part_name(index: int, digits: int = 5) -> str:
+    return f"part-{index:0{digits}d}"
 
 
 # ---- planning: inputs -> shards ----------------------------------------------------------
@@ -172,11 +179,15 @@ def input_files(paths: Sequence[Path], output: Path | None = None) -> list[Path]
         else:
             raise CorpusJobError(f"{path}: no such file or folder")
     for p in files:
-        if p.parent.resolve() == mine and _SHARD_NAME.fullmatch(p.name):
-            # Its rows would be read, then the file replaced by the shard of that name.
+        if p.parent.resolve() == mine:
+            # `read_parquet(output)` would read it with the shards; one named like a shard
+            # would be read, then replaced by the shard of its name.
+            shard_like = _SHARD_NAME.fullmatch(p.name.lower())
+            like = " named like the output's shards" if shard_like else ""
             raise CorpusJobError(
-                f"{p}: an input named like the output's shards, in the output folder: the job "
-                "would write over it; give another output folder"
+                f"{p}: an input{like} in the output folder, where reading the shards back as "
+                "one table would read it too (or the job write over it); give another output "
+                "folder"
             )
     unique = list(dict.fromkeys(p.resolve() for p in files))
     if len(unique) < len(files):
@@ -199,9 +210,10 @@ def _written_here(path: Path) -> bool:
 
 def _jsonl_offsets(
     path: Path, shard_rows: int, checker: JsonlFile | None = None
-) -> tuple[int, list[int], str]:
-    """Row count, the byte offset of every shard's first row (blank lines are no rows) and
-    the file's sha256, hashed in the same pass (which checks every row, given a checker)."""
+) -> tuple[int, list[int], str, int]:
+    """Row count, the byte offset of every shard's first row (blank lines are no rows), the
+    file's sha256, hashed in the same pass (which checks every row, given a checker), and
+    the bytes read: the size planned, even if rows are appended meanwhile."""
     offsets: list[int] = []
     rows = 0
     position = 0
@@ -216,7 +228,7 @@ def _jsonl_offsets(
                     checker.check(line, line_number, rows)
                 rows += 1
             position += len(line)
-    return rows, offsets, digest.hexdigest()
+    return rows, offsets, digest.hexdigest(), position
 
 
 class Fields(msgspec.Struct, frozen=True, kw_only=True):
@@ -247,14 +259,17 @@ def plan(
         kind = NAMED_SUFFIXES[path.suffix.lower()]
         if kind == "jsonl":
             checker = None if fields is None else JsonlFile(path, fields.text, fields.id, bad)
-            rows, offsets, digest = _jsonl_offsets(path, shard_rows, checker)
+            rows, offsets, digest, size = _jsonl_offsets(path, shard_rows, checker)
             with_ids += bool(checker is not None and checker.has_ids)
         else:
+            size = path.stat().st_size  # before reading: a change while planning shows
             try:
                 rows, offsets = pq.ParquetFile(path).metadata.num_rows, []
                 if fields is not None:
                     with_ids += check_parquet(path, fields.text, fields.id, bad)
-            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            except (OSError, ValueError, KeyError, NotImplementedError) as e:
+                # pyarrow's ArrowInvalid is a ValueError, ArrowNotImplementedError a
+                # NotImplementedError
                 raise CorpusJobError(f"{path}: not a readable Parquet file ({e})") from e
             digest = sha256_file(path)
         if fields is not None:  # a big corpus takes minutes here: each file said as done
@@ -263,7 +278,7 @@ def plan(
             InputFile(
                 path=str(path.resolve()),
                 kind=kind,
-                size=path.stat().st_size,
+                size=size,
                 rows=rows,
                 sha256=digest,
             )
@@ -288,8 +303,11 @@ def plan(
             f"--id-field {fields.id!r}: no input has it (a JSONL file's first row, a Parquet "
             "file's columns); leave --id-field out to number the rows"
         )
-    shards = [msgspec.structs.replace(s, name=part_name(s.index, len(shards))) for s in shards]
-    return inputs, shards
+    return inputs, named(shards, name_digits(len(shards)))
+
+
+def named(shards: Sequence[Shard], digits: int) -> list[Shard]:
+    return [msgspec.structs.replace(s, name=part_name(s.index, digits)) for s in shards]
 
 
 # ---- one shard: read, embed, write ---------------------------------------------------------
@@ -521,8 +539,8 @@ def refuse_foreign_shards(out_dir: Path) -> None:
 def refuse_grown_inputs(files: Sequence[InputFile]) -> None:
     """An input whose size changed while the job ran (rows appended to a file being
     written): the rows past the plan were not embedded, which exit 0 would hide."""
-    changed = [f"{f.path} ({f.size} -> {size} bytes)" for f in files
-               if (size := _size(Path(f.path))) != f.size]  # fmt: skip
+    changed = [f"{f.path} ({f.size} -> {size} bytes)" if size >= 0 else f"{f.path} (gone)"
+               for f in files if (size := _size(Path(f.path))) != f.size]  # fmt: skip
     if changed:
         raise CorpusJobError(
             f"changed while the job ran: {', '.join(changed)}; the shards hold the rows as "
@@ -546,6 +564,8 @@ def _as_recorded(job: Job, previous: Job) -> Job:
         job = msgspec.structs.replace(job, inputs=inputs)
     if not previous.artifact_manifest:
         job = msgspec.structs.replace(job, artifact_manifest="")
+    if previous.shard_digits == 5:  # recorded before names grew, or never past five
+        job = msgspec.structs.replace(job, shard_digits=5)
     return job
 
 
@@ -559,8 +579,17 @@ def _changed_inputs(previous: Job, job: Job) -> list[str]:
     ]
 
 
-def prepare_output(out_dir: Path, job: Job) -> None:
-    """Record the job, or check that a resumed run is the same job."""
+def recorded_job(out_dir: Path) -> Job | None:
+    """The job an output folder records; None where it records none or cannot be read."""
+    try:
+        return msgspec.json.decode((out_dir / JOB_FILE).read_bytes(), type=Job)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def prepare_output(out_dir: Path, job: Job) -> Job:
+    """Record the job, or check that a resumed run is the same job; the job in effect (the
+    recorded one, as it names its shards)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / JOB_FILE
     if path.is_file():
@@ -583,7 +612,7 @@ def prepare_output(out_dir: Path, job: Job) -> None:
                 + "; use a new output folder, or rerun with the same inputs and options"
             )
         else:
-            return
+            return previous
     elif any(out_dir.glob("_part-*.done")):
         # Shards whose job is unknown (its record deleted to "start over", or lost in a copy
         # that skipped `_` files): adopting them would mix another job's vectors in.
@@ -594,6 +623,7 @@ def prepare_output(out_dir: Path, job: Job) -> None:
     tmp = out_dir / f".{JOB_FILE}.tmp"
     tmp.write_bytes(msgspec.json.format(msgspec.json.encode(job), indent=2) + b"\n")
     tmp.replace(path)
+    return job
 
 
 # ---- Ray: one model per actor ----------------------------------------------------------------
@@ -728,6 +758,11 @@ def _run_locked(
     if prompt_name is not None and prompt_name not in manifest.prompts.prompts:
         known = ", ".join(sorted(manifest.prompts.prompts)) or "none"
         raise CorpusJobError(f"unknown --prompt-name {prompt_name!r}; the artifact has: {known}")
+    before = recorded_job(out_dir)
+    if before is not None and before.id_field == fields.id:
+        # A recorded job resumed as it was asked (an older tei-embed took an --id-field no
+        # input had as "number the rows"): the same command must finish it.
+        fields = msgspec.structs.replace(fields, id_given=False)
     files, shards = plan(inputs, shard_rows, out_dir, fields)
     refuse_foreign_shards(out_dir)
     job = Job(
@@ -741,8 +776,9 @@ def _run_locked(
         shard_rows=shard_rows,
         normalize=normalize,
         prompt_name=prompt_name,
+        shard_digits=name_digits(len(shards)),
     )
-    prepare_output(out_dir, job)
+    shards = named(shards, prepare_output(out_dir, job).shard_digits)
     done = finished(out_dir, shards)
     todo = [s for s in shards if s.index not in done]
     total_rows = sum(s.rows for s in todo)

@@ -25,7 +25,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class BadRows:
-    """The corpus's bad rows, each located by file, line and row."""
+    """The corpus's problems, each located by file (and line and row, for a row's)."""
 
     def __init__(self) -> None:
         self.shown: list[str] = []
@@ -38,10 +38,10 @@ class BadRows:
 
     def message(self) -> str:
         more = f"\n  ... and {self.count - len(self.shown)} more" if self.count > SHOWN else ""
-        rows = "row" if self.count == 1 else "rows"
+        problems = "problem" if self.count == 1 else "problems"
         return (
-            f"{self.count} {rows} of the corpus cannot be embedded (nothing was started or "
-            "recorded: fix them and run the same command again):\n  "
+            f"the corpus cannot be embedded as it is, {self.count} {problems} (nothing was "
+            "started or recorded: fix them and run the same command again):\n  "
             + "\n  ".join(self.shown)
             + more
         )
@@ -121,7 +121,7 @@ class JsonlFile:
         elif type(value) is not self.id_type:
             kinds = {str: "a string", int: "an integer"}
             self.bad.add(where, f"{field!r} is {kinds[type(value)]} where the file's first id "
-                                f"is {kinds[self.id_type]}: one type per corpus")  # fmt: skip
+                                f"is {kinds[self.id_type]}: one type per file")  # fmt: skip
 
 
 def check_parquet(path: Path, text_field: str, id_field: str, bad: BadRows) -> bool:
@@ -133,6 +133,10 @@ def check_parquet(path: Path, text_field: str, id_field: str, bad: BadRows) -> b
 
     file = pq.ParquetFile(path)
     schema = file.schema_arrow
+    for field in {text_field, id_field}:
+        if schema.names.count(field) > 1:
+            bad.add(f"{path}", f"{schema.names.count(field)} columns named {field!r}")
+            return False
     if text_field not in schema.names:
         columns = ", ".join(schema.names)
         bad.add(f"{path}", f"no column {text_field!r} (--text-field); it has: {columns}")
@@ -168,7 +172,11 @@ def _is_text_type(kind: pa.DataType) -> bool:
 
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_string_view(kind)  # Polars' to_arrow() writes these
+    )
 
 
 def _nulls(bad: BadRows, path: Path, first: int, column: pa.ChunkedArray, field: str) -> None:

@@ -114,7 +114,7 @@ def transport_limit(payload_limit: int) -> int:
     answers); over this, grpc refuses it from its length prefix (RESOURCE_EXHAUSTED) without
     reading it. grpc holds a whole message before `decoder` sees it, so this bounds what each
     call holds: at 64 MiB, 32 calls took the server from 0.26 to 1.4 GB."""
-    return 2 * message_limit(payload_limit)
+    return min(2 * message_limit(payload_limit), 2**31 - 1)  # grpc takes a 32-bit int
 
 
 def direction(value: int) -> Direction:

@@ -179,3 +179,13 @@ def test_predict_pair_inputs() -> None:
     for bad in ([], ["a", "b", "c"]):
         with pytest.raises(ValidationError, match="single or two elements"):
             predict_input(bad)
+
+
+def test_what_grpc_reads_of_a_message_fits_its_32_bit_option() -> None:
+    """Twice the message limit, within grpc's int option: a --payload-limit of 2e9 made the
+    server fail to start with an OverflowError."""
+    from tei_serve.grpc.services import TEI_MESSAGE_LIMIT, transport_limit
+
+    assert transport_limit(2_000_000) == 2 * TEI_MESSAGE_LIMIT
+    assert transport_limit(100_000_000) == 200_000_000
+    assert transport_limit(2_000_000_000) == 2**31 - 1
