@@ -353,11 +353,10 @@ class Shared:
         )
         self.families = MetricFamilies(max_input_length, model_label=model_label)
         self.tracing: Tracing | None = make_tracing(
-            settings.otlp_endpoint, settings.otlp_service_name
+            None if settings.disable_spans else settings.otlp_endpoint, settings.otlp_service_name
         )
-        """Request spans (--otlp-endpoint), written by the front-ends; None with no endpoint.
-        --disable-spans only leaves the span fields out of JSON log lines, as in TEI: with
-        both set, traces still go to the collector."""
+        """Request spans (--otlp-endpoint), written by the front-ends; None when off (no
+        endpoint, or --disable-spans)."""
 
     def close(self) -> None:
         """Stop the tokenizer pool and flush the spans (after every model has stopped)."""

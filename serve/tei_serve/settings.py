@@ -186,6 +186,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         """What is logged once at start about settings that do less than they seem to."""
         out = [f"{flag} is accepted for compatibility with TEI and has no effect"
                for flag in self.compatibility_only()]  # fmt: skip
+        if self.disable_spans and self.otlp_endpoint:
+            out.append(f"--disable-spans is set: no request spans go to {self.otlp_endpoint}")
         if self.max_client_batch_size > self.max_concurrent_requests:
             # One permit per input, as in TEI: such a request can never be admitted.
             out.append(

@@ -105,16 +105,12 @@ def test_no_endpoint_means_no_tracing(serve: Callable[..., Running]) -> None:
     assert r.client.post("/embed", json={"inputs": ["hello"]}).status_code == 200
 
 
-def test_disable_spans_still_exports_spans(
+def test_disable_spans_exports_nothing(
     serve: Callable[..., Running], collector: tuple[Collector, int]
 ) -> None:
-    """TEI's --disable-spans only leaves span fields out of JSON log lines: an operator with
-    both it and an OTLP endpoint set keeps getting traces after the swap."""
     servicer, port = collector
     r = serve(Task.EMBED, otlp_endpoint=f"http://127.0.0.1:{port}", disable_spans=True)
     assert r.client.post("/embed", json={"inputs": ["hello world"]}).status_code == 200
-    r.stop()  # the tracer flushes its spans here, before stop returns
-    assert r.serving.tracing is not None
-    names = {s.name for req in servicer.requests for rs in req.resource_spans
-             for ss in rs.scope_spans for s in ss.spans}  # fmt: skip
-    assert "embed" in names
+    r.stop()  # a tracer would flush its spans here, before stop returns
+    assert r.serving.tracing is None
+    assert servicer.requests == []

@@ -99,7 +99,8 @@ def test_start_warnings_name_what_does_less_than_it_seems() -> None:
     warned = load_settings(["--uds-path", "/x", "--disable-spans", "--otlp-endpoint", "http://o",
                             "--max-client-batch-size", "1000"], env={}).start_warnings()
     assert warned[0] == "--uds-path is accepted for compatibility with TEI and has no effect"
-    assert "more inputs than 512 is always answered 429" in warned[1] and len(warned) == 2
+    assert warned[1] == "--disable-spans is set: no request spans go to http://o"
+    assert "more inputs than 512 is always answered 429" in warned[2] and len(warned) == 3
     both = ["--max-client-batch-size", "1000", "--max-concurrent-requests", "1000"]
     assert load_settings(both, env={}).start_warnings() == []
 
