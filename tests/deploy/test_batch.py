@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -462,6 +463,30 @@ def test_cli_killed_then_resumed(minilm_artifact: Path, tmp_path: Path) -> None:
     other = subprocess.run([*cmd, "--dtype", "int8"], capture_output=True, text=True, timeout=600)
     assert other.returncode == 1
     assert "differs in: variant" in other.stderr, other.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_cli_sigterm_lands_mid_job(minilm_artifact: Path, tmp_path: Path) -> None:
+    """A scheduler's stop (SIGTERM) is acted on while the job runs, not once Ray hands the
+    driver back control (after the last shard, on a loaded host), and ends quietly: one line,
+    exit 143, the finished shards kept."""
+    corpus = _write_jsonl(tmp_path / "c.jsonl", 400, repeat=28)
+    out = tmp_path / "out"
+    cmd = [str(Path(sys.executable).with_name("tei-embed")), str(minilm_artifact), str(corpus),
+           str(out), "--shard-rows", "10", "--actors", "1", "--threads-per-actor", "2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "3/40 shards" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=120) == 143, rest[-2000:]
+    assert rest.strip().endswith(
+        "tei-embed: interrupted; finished shards are kept, and the same command resumes"
+    )
+    assert "Traceback" not in rest, rest[-3000:]  # Ray Data's, once Ray was stopped
+    assert 3 <= len(list(out.glob("*.done"))) < 40
 
 
 def test_a_changed_bundle_is_refused_before_any_work(toy_artifact: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import re
 import signal
 import socket
@@ -938,6 +939,17 @@ def _stop_ray() -> None:
     import ray
 
     with contextlib.suppress(Exception):
+        # The thread still reading the dataset's rows would otherwise start a new local Ray
+        # when it next calls into Ray (its auto-init), whose agents outlive this process.
+        from ray._private import auto_init_hook
+
+        auto_init_hook.enable_auto_connect = False
+    # and its failures, once Ray is gone, are no news (Ray Data logged each as a traceback
+    # on the way out); its loggers set their own levels, so each is silenced
+    for name in list(logging.root.manager.loggerDict):
+        if name == "ray" or name.startswith("ray."):
+            logging.getLogger(name).disabled = True
+    with contextlib.suppress(Exception):
         ray.shutdown()
 
 
@@ -974,9 +986,36 @@ def ray_error_text(error: BaseException) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
+ROW_WAIT_SECONDS = 0.5
+"""How long the main thread waits for a row at a time: Ctrl-C and SIGTERM land between waits."""
+
+
 def _rows(dataset: Any) -> Iterator[dict[str, Any]]:
-    rows: Iterator[dict[str, Any]] = dataset.iter_rows()
-    return rows
+    """The dataset's rows, read by a thread of their own: the main thread only waits on a
+    queue, so a signal is acted on within ROW_WAIT_SECONDS. Read on the main thread, Ray's
+    iterator held it in a call that Python's signal handlers could not interrupt: a SIGTERM
+    sent after three of 20 shards was acted on after the last."""
+    arrived: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for row in dataset.iter_rows():
+                arrived.put(("row", row))
+            arrived.put(("end", None))
+        except BaseException as e:  # handed to the main thread, which raises it
+            arrived.put(("error", e))
+
+    threading.Thread(target=pump, name="tei-embed-rows", daemon=True).start()
+    while True:
+        try:
+            kind, value = arrived.get(timeout=ROW_WAIT_SECONDS)
+        except queue.Empty:
+            continue
+        if kind == "end":
+            return
+        if kind == "error":
+            raise value
+        yield value
 
 
 # ---- CLI -----------------------------------------------------------------------------------
