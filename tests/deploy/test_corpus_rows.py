@@ -266,3 +266,18 @@ def test_a_recorded_job_with_an_id_field_no_input_has_still_resumes(
     job.embed_shard(model, recorded, shard, out)
     counts = job.run(toy_artifact, [corpus], out, id_field="doc_id", shard_rows=1)
     assert counts == {"embedded": 0, "skipped": 1, "total": 1}
+
+
+def test_blank_texts_are_counted_in_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Embedded (the model takes them, all as one vector), but seldom what a corpus means."""
+    corpus = _jsonl(tmp_path / "c.jsonl", [{"text": ""}, {"text": " \t"}, {"text": "x"}])
+    pq.write_table(pa.table({"text": ["", "y", "  "]}), tmp_path / "p.parquet")
+    with caplog.at_level("WARNING"):
+        plan([corpus, tmp_path / "p.parquet"], 10, fields=FIELDS)
+    assert "4 rows have an empty or whitespace-only text" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        plan([_jsonl(tmp_path / "ok.jsonl", [{"text": "x"}])], 10, fields=FIELDS)
+    assert "whitespace-only" not in caplog.text

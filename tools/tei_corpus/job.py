@@ -299,6 +299,11 @@ def plan(
         corpus_row += rows
     if bad.count:
         raise CorpusJobError(bad.message())
+    if bad.blank_texts:
+        log.warning(
+            "%d rows have an empty or whitespace-only text: each is embedded as such (all alike)",
+            bad.blank_texts,
+        )
     if fields is not None and fields.id_given and not with_ids and corpus_row:
         raise CorpusJobError(
             f"--id-field {fields.id!r}: no input has it (a JSONL file's first row, a Parquet "

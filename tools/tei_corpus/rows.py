@@ -30,6 +30,9 @@ class BadRows:
     def __init__(self) -> None:
         self.shown: list[str] = []
         self.count = 0
+        self.blank_texts = 0
+        """Texts that are empty or only whitespace: no error (the model embeds them, all as
+        one vector), but said, since they are seldom what a corpus means."""
 
     def add(self, where: str, what: str) -> None:
         self.count += 1
@@ -94,6 +97,8 @@ class JsonlFile:
         elif not is_text(text):
             self.bad.add(where, f"{field!r} is not valid text (a lone surrogate such as "
                                 "\\ud83d, half of an escaped emoji)")  # fmt: skip
+        elif not text.strip():
+            self.bad.blank_texts += 1
 
     def _id(self, where: str, record: dict[str, Any]) -> None:
         field = self.id_field
@@ -154,6 +159,7 @@ def check_parquet(path: Path, text_field: str, id_field: str, bad: BadRows) -> b
     for group in range(file.metadata.num_row_groups):
         table = file.read_row_group(group, columns=read)
         _nulls(bad, path, first, table.column(text_field), text_field)
+        bad.blank_texts += _blank(table.column(text_field))
         if id_type is not None:
             ids = table.column(id_field)
             _nulls(bad, path, first, ids, id_field)
@@ -177,6 +183,18 @@ def _is_text_type(kind: pa.DataType) -> bool:
         or pa.types.is_large_string(kind)
         or pa.types.is_string_view(kind)  # Polars' to_arrow() writes these
     )
+
+
+def _blank(column: pa.ChunkedArray) -> int:
+    """How many of the column's texts are empty or only whitespace."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        texts = column.cast(pa.large_string())
+        return int(pc.sum(pc.equal(pc.utf8_trim_whitespace(texts), "")).as_py() or 0)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return 0  # not text: refused above
 
 
 def _nulls(bad: BadRows, path: Path, first: int, column: pa.ChunkedArray, field: str) -> None:
