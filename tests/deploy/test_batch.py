@@ -193,7 +193,11 @@ def test_options_are_checked_before_ray_starts(toy_artifact: Path, tmp_path: Pat
         job.run(toy_artifact, [corpus], out, prompt_name="query")
     with pytest.raises(CorpusJobError, match="at least 1"):
         job.run(toy_artifact, [corpus], out, actors=0)
-    assert not (out / job.JOB_FILE).exists()
+    assert not out.exists()  # the folder it made for the run is gone with its lock file
+    out.mkdir()
+    with pytest.raises(CorpusJobError, match="unknown --prompt-name 'query'"):
+        job.run(toy_artifact, [corpus], out, prompt_name="query")
+    assert [p.name for p in out.iterdir()] == [job.LOCK_FILE]  # the user's folder is kept
 
 
 def test_a_second_run_into_a_busy_output_folder_is_refused(

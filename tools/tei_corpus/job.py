@@ -721,17 +721,25 @@ def _output_lock(out_dir: Path) -> Iterator[None]:
             f"{out_dir}: a file, not an output folder (tei-embed ARTIFACT INPUT... OUTPUT_DIR: "
             "the output folder goes last)"
         )
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = out_dir / LOCK_FILE
-    with lock.open("a") as held:
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise CorpusJobError(
-                f"{out_dir}: another tei-embed is writing there (it holds {lock}); wait for "
-                "it to end, or give another output folder"
-            ) from None
-        yield
+    try:
+        with lock.open("a") as held:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CorpusJobError(
+                    f"{out_dir}: another tei-embed is writing there (it holds {lock}); wait "
+                    "for it to end, or give another output folder"
+                ) from None
+            yield
+    finally:
+        if created and [p.name for p in out_dir.iterdir()] == [LOCK_FILE]:
+            # A run refused before it recorded anything leaves no folder behind.
+            with contextlib.suppress(OSError):
+                lock.unlink()
+                out_dir.rmdir()
 
 
 def _run_locked(
