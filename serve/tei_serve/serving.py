@@ -533,9 +533,13 @@ class Serving:
         self._check_batch_inputs(q.inputs)
         if self.output is not Output.LOGITS:
             raise ModelTypeError("Backend error: Model is not a classifier model")
+        # TEI puts --default-prompt(-name) before a single text to classify, as /tokenize
+        # shows it (a pair it refuses with a prompt; here a batch with a pair goes without).
+        singles = all(isinstance(i, str) for i in q.inputs)
         scores = await self._scores(
             q.inputs, meta, truncate=q.truncate, direction=q.truncation_direction,
             raw_scores=q.raw_scores, instruction=q.instruction,
+            use_prompt=singles and self.model.manifest.generative_rerank is None,
         )  # fmt: skip
         labels = self.model.manifest.labels
         predictions = []
@@ -695,11 +699,13 @@ class Serving:
         raw_scores: bool,
         first_label_only: bool = False,
         instruction: str | None = None,
+        use_prompt: bool = False,
     ) -> FloatArray:
-        """Per input scores: sigmoid for one label, softmax over several, or the logits."""
+        """Per input scores: sigmoid for one label, softmax over several, or the logits;
+        `use_prompt`: with the server's default prompt before each text."""
         results = await self._run(
             inputs, Output.LOGITS, meta, truncate=truncate, direction=direction, prompt_name=None,
-            use_prompt=False, instruction=instruction,
+            use_prompt=use_prompt, instruction=instruction,
         )  # fmt: skip
         logits = _stack([r.value for r in results])
         if first_label_only:

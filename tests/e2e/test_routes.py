@@ -214,6 +214,21 @@ def test_tokenize_shows_the_default_prompt(serve: Callable[..., Running],
         assert empty.status_code == 422 and empty.json()["error_type"] == "Validation"
 
 
+def test_predict_puts_the_default_prompt_before_a_single_text(
+    serve: Callable[..., Running],
+) -> None:
+    """As TEI's tokenizer does (and /tokenize shows): `good` is classified as `query good`;
+    pairs go without it (TEI refuses a pair under a default prompt)."""
+    plain = serve(Task.CLASSIFY).client
+    prompted = serve(Task.CLASSIFY, default_prompt="query ").client
+    assert prompted.post("/predict", json={"inputs": "good"}).json() == plain.post(
+        "/predict", json={"inputs": "query good"}).json()
+    assert prompted.post("/predict", json={"inputs": "good"}).json() != plain.post(
+        "/predict", json={"inputs": "good"}).json()
+    pair = {"inputs": ["good", "bad"]}
+    assert prompted.post("/predict", json=pair).json() == plain.post("/predict", json=pair).json()
+
+
 def test_sparse(serve: Callable[..., Running]) -> None:
     r = serve(Task.SPARSE)
     out = r.client.post("/embed_sparse", json={"inputs": ["hello hello", "cat"]}).json()
