@@ -1121,9 +1121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             address=args.address,
         )
     except (CorpusJobError, TeiRuntimeError) as e:
+        _stop_ray()  # first: Ray Data's thread would log on after the error line
         print(f"tei-embed: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # an output path that is a file, a folder it may not write ...
+        _stop_ray()
         where = f"{e.filename}: " if e.filename else ""
         print(f"tei-embed: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
@@ -1136,6 +1138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 143 if isinstance(e, Terminated) else 130
     except ray.exceptions.RayError as e:
         # An actor could not start or died: the cause's words, not Ray's traceback.
+        _stop_ray()
         print(f"tei-embed: error: {ray_error_text(e)}", file=sys.stderr)
         return 1
     print(json.dumps(counts))
