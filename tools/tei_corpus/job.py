@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 
 from tei_bundle import artifact_folder
-from tei_corpus.rows import BadRows, JsonlFile, check_parquet
+from tei_corpus.rows import INT64_MAX, INT64_MIN, BadRows, JsonlFile, check_parquet
 from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.manifest import MANIFEST_NAME, read_manifest
@@ -413,9 +413,6 @@ def id_mismatch(out_dir: Path, shards: Sequence[Shard]) -> str | None:
     )
 
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
 def _jsonl_ids(shard: Shard, records: list[dict[str, Any]], id_field: str) -> list[Any]:
     """Every row's id, or every row's corpus row number where no row has one: a file whose
     rows mix the two (or give null, or ids of two types) has no id column to write."""
@@ -430,7 +427,7 @@ def _jsonl_ids(shard: Shard, records: list[dict[str, Any]], id_field: str) -> li
                 f"{shard.path}: row {shard.start + i} has {what} {id_field!r} (--id-field) where "
                 "other rows have one: give every row a string or integer id, or none"
             )
-        if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
             raise CorpusJobError(
                 f"{shard.path}: row {shard.start + i}'s {id_field!r} {value} does not fit a "
                 "64-bit integer (Parquet's int64): give it as a string"

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 SHOWN = 10
 """Bad rows named in the error; the rest are counted."""
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""What Parquet's int64 id column holds."""
 
 
 class BadRows:
@@ -116,7 +117,7 @@ class JsonlFile:
         value = record[field]
         if not isinstance(value, str | int) or isinstance(value, bool):
             self.bad.add(where, f"{field!r} is {_json_type(value)}: ids are strings or integers")
-        elif isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
             self.bad.add(where, f"{field!r} {value} does not fit a 64-bit integer (Parquet's "
                                 "int64): give it as a string")  # fmt: skip
         elif isinstance(value, str) and not is_text(value):
@@ -164,7 +165,7 @@ def check_parquet(path: Path, text_field: str, id_field: str, bad: BadRows) -> b
             ids = table.column(id_field)
             _nulls(bad, path, first, ids, id_field)
             if pa.types.is_uint64(id_type):
-                too_big = pc.greater(ids, pa.scalar(_INT64_MAX, pa.uint64()))
+                too_big = pc.greater(ids, pa.scalar(INT64_MAX, pa.uint64()))
                 if pc.any(too_big).as_py():
                     row = first + pc.index(too_big, True).as_py()
                     bad.add(f"{path}: row {row}", f"{id_field!r} {ids[row - first].as_py()} does "
