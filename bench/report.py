@@ -246,16 +246,15 @@ def minilm_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]
         r = table.get((engine, length, big, c if engine.startswith(("serve", "inf")) else 1))
         return r.texts_s if r else None
 
-    st = tput("st")
-
     def check(name: str, got: float | None, base: float | None, goal: float, le: bool) -> None:
         _ratio_target(out, name, got, base, goal, le)
 
     for length in ("short", "mixed"):
         check(f"serve-fp32 >= 1.8x ST fp32 ({length}, b{big}, c{conc})",
               tput("serve-fp32", length), tput("st", length), 1.8, False)  # fmt: skip
-    check(f"serve-int8 >= 2.2x ST fp32 (mixed, b{big}, c{conc})", tput("serve-int8"), st, 2.2,
-          False)  # fmt: skip
+    for length in run.workloads:  # the issue asks int8's 2.2x on every length mix
+        check(f"serve-int8 >= 2.2x ST fp32 ({length}, b{big}, c{conc})",
+              tput("serve-int8", length), tput("st", length), 2.2, False)  # fmt: skip
     for length in [k for k in run.workloads]:
         for e in ("serve-fp32", "serve-int8"):
             r = table.get((e, length, big, conc))

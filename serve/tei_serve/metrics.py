@@ -11,6 +11,7 @@ a `model` label (the served model name); with one it carries none, exactly as TE
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import defaultdict
@@ -165,8 +166,14 @@ def _rust_bound(match: re.Match[bytes]) -> bytes:
     `0.000015000000000000002`), where prometheus_client writes `32.0`, `1.048576e+06` and
     `1.5000000000000002e-05`: Prometheus 2 stores each spelling as a series of its own, so a
     dashboard or rule naming TEI's `le` would find nothing."""
-    bound = float(match.group(1))
-    return b'le="' + np.format_float_positional(bound, trim="-").encode() + b'"'
+    return b'le="' + _rust_spelling(match.group(1)) + b'"'
+
+
+@functools.lru_cache(maxsize=1024)
+def _rust_spelling(bound: bytes) -> bytes:
+    # The buckets are fixed when the server starts: each spelling is worked out once, not
+    # on every scrape.
+    return np.format_float_positional(float(bound), trim="-").encode()
 
 
 def _number(value: float) -> str:

@@ -132,7 +132,7 @@ def _refused_row(path: Path, content: str, match: str) -> None:
 
 def test_bad_rows_and_inputs(tmp_path: Path) -> None:
     _refused_row(tmp_path / "bad.jsonl", '{"id": 1, "text": "ok"}\n{"id": 2, "body": "no text"}\n',
-                 r"row 1 has no string field 'text'")  # fmt: skip
+                 r"bad\.jsonl: row 1: no 'text' field \(--text-field\)")  # fmt: skip
     (tmp_path / "x.csv").write_text("id,text\n")
     with pytest.raises(CorpusJobError, match=r"not \.jsonl, \.ndjson or \.parquet"):
         plan([tmp_path / "x.csv"], 10)
@@ -161,11 +161,11 @@ def test_unreadable_parquet_and_ids_that_cannot_make_a_column(tmp_path: Path) ->
     with pytest.raises(CorpusJobError, match=r"broken\.parquet: not a readable Parquet file"):
         plan([broken], 10)
     _refused_row(tmp_path / "mixed.jsonl", '{"id": "a", "text": "x"}\n{"text": "y"}\n',
-                 r"row 1 has no 'id' \(--id-field\)")  # fmt: skip
+                 r"row 1: no 'id' \(--id-field\) where the file's first row has one")  # fmt: skip
     _refused_row(tmp_path / "null.jsonl", '{"id": 1, "text": "x"}\n{"id": null, "text": "y"}\n',
-                 "row 1 has a NoneType 'id'")  # fmt: skip
+                 r"row 1: 'id' is null: ids are strings or integers")  # fmt: skip
     _refused_row(tmp_path / "types.jsonl", '{"id": 1, "text": "x"}\n{"id": "2", "text": "y"}\n',
-                 "row 1's 'id' is a str, the rows before it a int")  # fmt: skip
+                 "row 1: 'id' is a string where the file's first id is an integer")  # fmt: skip
 
 
 def test_an_output_folder_without_finished_shards_takes_a_new_job(
@@ -590,21 +590,22 @@ def test_ray_job_from_a_bundle(minilm_artifact: Path, tmp_path: Path, local_ray:
 def test_a_bad_line_and_a_lone_surrogate_name_their_row(tmp_path: Path) -> None:
     _refused_row(tmp_path / "bad.jsonl",
                  '{"text": "ok"}\n\n{"text": "ok"}\n{"text": "cut\n{"text": "ok"}\n',
-                 r"bad\.jsonl: row 2 \(blank lines not counted")  # fmt: skip
+                 r"bad\.jsonl: row 2: not JSON .* \(rows count from 0, blank lines not "
+                 r"counted\): the file changed since the job was planned")  # fmt: skip
     # valid JSON, not text
     _refused_row(tmp_path / "half.jsonl", '{"text": "ok"}\n{"text": "emoji \\ud83d"}\n',
-                 r"half\.jsonl: row 1's 'text' is not valid text")  # fmt: skip
+                 r"half\.jsonl: row 1: 'text' is not valid text")  # fmt: skip
     # valid JSON, not an object; ids Parquet cannot hold
     _refused_row(
         tmp_path / "list.jsonl",
         '{"text": "ok"}\n[1, 2]\n',
-        r"list\.jsonl: row 1 \(blank lines not counted, from 0\) is a JSON list",
+        r"list\.jsonl: row 1: a list in JSON, not an object",
     )
     big = f'{{"id": 1, "text": "a"}}\n{{"id": {2**70}, "text": "b"}}\n'
     _refused_row(tmp_path / "big.jsonl", big,
-                 r"big\.jsonl: row 1's 'id' \d+ does not fit a 64-bit integer")  # fmt: skip
+                 r"big\.jsonl: row 1: 'id' \d+ does not fit a 64-bit integer")  # fmt: skip
     _refused_row(tmp_path / "sid.jsonl", '{"id": "\\ud83d", "text": "a"}\n',
-                 r"sid\.jsonl: row 0's 'id' is not valid text")  # fmt: skip
+                 r"sid\.jsonl: row 0: 'id' is not valid text")  # fmt: skip
 
 
 def test_an_input_folder_as_the_output_is_refused(tmp_path: Path) -> None:

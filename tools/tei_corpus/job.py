@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 
 from tei_bundle import artifact_folder
-from tei_corpus.rows import INT64_MAX, INT64_MIN, BadRows, JsonlFile, check_parquet
+from tei_corpus.rows import BadRows, JsonlFile, check_parquet
 from tei_runtime.checksum import sha256_file
 from tei_runtime.errors import TeiRuntimeError
 from tei_runtime.manifest import MANIFEST_NAME, read_manifest
@@ -226,7 +226,7 @@ def _jsonl_offsets(
                 if rows % shard_rows == 0:
                     offsets.append(position)
                 if checker is not None:
-                    checker.check(line, line_number, rows)
+                    checker.check(line, f"{path}: line {line_number} (row {rows})")
                 rows += 1
             position += len(line)
     return rows, offsets, digest.hexdigest(), position
@@ -328,6 +328,10 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
     """The shard's texts, ids (the corpus row number where the input has no id field) and
     where the ids come from (`id_field`, or ROW_NUMBER_IDS)."""
     if shard.kind == "jsonl":
+        # The planner checked every row; checked again here with the same rules, in case
+        # the file was edited since (its hash is compared only when a job resumes).
+        bad = BadRows()
+        checker = JsonlFile(Path(shard.path), text_field, id_field, bad)
         records: list[dict[str, Any]] = []
         with Path(shard.path).open("rb") as f:
             f.seek(shard.offset)
@@ -335,23 +339,21 @@ def read_shard(shard: Shard, text_field: str, id_field: str) -> tuple[list[str],
                 if len(records) == shard.rows:
                     break
                 if line.strip():
-                    try:
-                        record = json.loads(line)
-                    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
-                        raise CorpusJobError(
-                            f"{shard.path}: row {shard.start + len(records)} (blank lines not "
-                            f"counted, from 0) is not JSON: {e}"
-                        ) from e
-                    if not isinstance(record, dict):
-                        raise CorpusJobError(
-                            f"{shard.path}: row {shard.start + len(records)} (blank lines not "
-                            f"counted, from 0) is a JSON {type(record).__name__}, not an object"
-                        )
+                    where = f"{shard.path}: row {shard.start + len(records)}"
+                    record = checker.check(line, where)
+                    if bad.count or record is None:
+                        raise CorpusJobError(f"{bad.shown[0]} (rows count from 0, blank "
+                                             "lines not counted): the file changed since "
+                                             "the job was planned")  # fmt: skip
                     records.append(record)
         rows: list[Any] = records
-        texts = [r.get(text_field) for r in records]
-        ids = _jsonl_ids(shard, records, id_field)
-        numbered = not any(id_field in r for r in records)
+        texts = [r[text_field] for r in records]
+        numbered = not checker.has_ids
+        ids = (
+            list(range(shard.first_row, shard.first_row + len(records)))
+            if numbered
+            else [r[id_field] for r in records]
+        )
     else:
         import pyarrow.parquet as pq
 
@@ -411,39 +413,6 @@ def id_mismatch(out_dir: Path, shards: Sequence[Shard]) -> str | None:
         "read them shard by shard, or give every row of every input a string or integer id "
         "(one type), or none, and embed again into a new folder"
     )
-
-
-def _jsonl_ids(shard: Shard, records: list[dict[str, Any]], id_field: str) -> list[Any]:
-    """Every row's id, or every row's corpus row number where no row has one: a file whose
-    rows mix the two (or give null, or ids of two types) has no id column to write."""
-    if not any(id_field in r for r in records):
-        return list(range(shard.first_row, shard.first_row + len(records)))
-    ids: list[Any] = []
-    for i, record in enumerate(records):
-        value = record.get(id_field)
-        if not isinstance(value, str | int) or isinstance(value, bool):
-            what = "no" if id_field not in record else f"a {type(value).__name__}"
-            raise CorpusJobError(
-                f"{shard.path}: row {shard.start + i} has {what} {id_field!r} (--id-field) where "
-                "other rows have one: give every row a string or integer id, or none"
-            )
-        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            raise CorpusJobError(
-                f"{shard.path}: row {shard.start + i}'s {id_field!r} {value} does not fit a "
-                "64-bit integer (Parquet's int64): give it as a string"
-            )
-        if isinstance(value, str) and not is_text(value):
-            raise CorpusJobError(
-                f"{shard.path}: row {shard.start + i}'s {id_field!r} is not valid text (a lone "
-                "surrogate such as \\ud83d)"
-            )
-        if ids and type(value) is not type(ids[0]):
-            raise CorpusJobError(
-                f"{shard.path}: row {shard.start + i}'s {id_field!r} is a "
-                f"{type(value).__name__}, the rows before it a {type(ids[0]).__name__}"
-            )
-        ids.append(value)
-    return ids
 
 
 def _parquet_rows(file: Any, start: int, count: int) -> pa.Table:

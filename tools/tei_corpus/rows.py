@@ -76,18 +76,20 @@ class JsonlFile:
         """Whether the file's first row has an id: every row must then, or none."""
         self.id_type: type | None = None
 
-    def check(self, line: bytes, line_number: int, row: int) -> None:
-        where = f"{self.path}: line {line_number} (row {row})"
+    def check(self, line: bytes, where: str) -> dict[str, Any] | None:
+        """The row's record, whatever its problems (added to `bad`, located by `where`);
+        None where the line is no JSON object."""
         try:
             record = json.loads(line)
         except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
             self.bad.add(where, f"not JSON ({e})")
-            return
+            return None
         if not isinstance(record, dict):
             self.bad.add(where, f"{_json_type(record)} in JSON, not an object")
-            return
+            return None
         self._text(where, record)
         self._id(where, record)
+        return record
 
     def _text(self, where: str, record: dict[str, Any]) -> None:
         field = self.text_field
