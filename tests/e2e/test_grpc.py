@@ -612,6 +612,32 @@ def test_a_malformed_message_is_internal_as_tonic_answers_it(
     assert stubs.EmbedStub(r.channel).Embed(pb.EmbedRequest(inputs="a")).embeddings
 
 
+def test_a_unary_call_closed_without_its_message_is_answered_at_once(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """A raw client that half-closes a unary call before sending its message gets tonic's
+    INTERNAL "Missing request message." at once (grpc's own unary handling answered nothing,
+    and the call waited for its deadline, or forever without one); a second message is
+    ignored, the first answered."""
+    pb, _ = client
+    for api_key, metadata in ((None, None), ("secret", [("authorization", "Bearer secret")])):
+        r = grpc_serve(Task.EMBED, api_key=api_key)
+        for method in ("/tei.v1.Embed/Embed", "/tei.v1.Info/Info", "/tei.v1.Tokenize/Decode"):
+            call = r.channel.stream_unary(method)
+            started = time.monotonic()
+            code, text = _code(lambda c=call, m=metadata: c(iter([]), timeout=20, metadata=m))
+            assert (code, text) == (grpc.StatusCode.INTERNAL, "Missing request message.")
+            assert time.monotonic() - started < 5, method
+        two = pb.EmbedRequest(inputs="a cat").SerializeToString()
+        answer = r.channel.stream_unary("/tei.v1.Embed/Embed")(iter([two, two]), timeout=20,
+                                                                metadata=metadata)  # fmt: skip
+        assert len(pb.EmbedResponse.FromString(answer).embeddings) == 16
+    # Without the key, refused before any message is read, as before.
+    call = r.channel.stream_unary("/tei.v1.Embed/Embed")
+    code, text = _code(lambda: call(iter([]), timeout=20))
+    assert (code, text) == (grpc.StatusCode.UNAUTHENTICATED, "No valid auth token")
+
+
 def test_unary_rerank_waits_for_permits_as_teis_does(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:

@@ -39,14 +39,12 @@ async def _refuse_stream(
 
 
 def _refusing(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of the same shape as `handler` that aborts UNAUTHENTICATED at once."""
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(_refuse_stream)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(_refuse_unary)
+    """A handler of the same response shape as `handler` that aborts UNAUTHENTICATED at once.
+    Its requests are always read as a stream: grpc starts a unary-request handler only once
+    the message is in, and a call closed without one would wait for its deadline."""
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(_refuse_stream)
-    return grpc.unary_unary_rpc_method_handler(_refuse_unary)
+        return grpc.stream_stream_rpc_method_handler(_refuse_stream)
+    return grpc.stream_unary_rpc_method_handler(_refuse_unary)
 
 
 class BearerAuth(aio.ServerInterceptor):

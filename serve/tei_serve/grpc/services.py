@@ -494,7 +494,13 @@ class TeiServices:
         self, route: str, fn: Callable[[Req, Call], Awaitable[Resp]], request: type[Any],
         response: type[Any],
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        async def behaviour(req: Req | Malformed, context: Context) -> Resp:
+        # Registered as a client-streaming method (the same on the wire): grpc's own unary
+        # handling starts no handler for a call half-closed before its message and answers
+        # nothing, so that call waited for its deadline, or forever without one.
+        async def behaviour(requests: AsyncIterator[Req | Malformed], context: Context) -> Resp:
+            req = await anext(aiter(requests), None)
+            if req is None:  # tonic's answer to a unary call without its message
+                await context.abort(grpc.StatusCode.INTERNAL, "Missing request message.")
             call = Call(context, route)
 
             async def decoded_then_answered() -> Resp:
@@ -504,7 +510,7 @@ class TeiServices:
             await self.send_timing(context, answer)
             return answer
 
-        return grpc.unary_unary_rpc_method_handler(
+        return grpc.stream_unary_rpc_method_handler(
             behaviour, decoder(request, self.message_limit), response.SerializeToString
         )
 
