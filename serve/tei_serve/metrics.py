@@ -59,6 +59,11 @@ _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "te_embed_success": ("Embed inputs answered", ()),
     "te_predict_count": ("Predict inputs received", ()),
     "te_predict_success": ("Predict inputs answered", ()),
+    # Ours, not TEI's: how busy the model is, which no te_* family says (request durations
+    # overlap, and a batch serves many requests).
+    "tei_onnx_model_busy_seconds": ("Seconds the model spent running forwards (batches and "
+                                    "health probes); its rate is the model's utilization, 1 "
+                                    "when it is never idle", ()),
 }
 
 
@@ -223,6 +228,10 @@ class Metrics:
 
     def inc(self, name: str, *labels: str, by: float = 1.0) -> None:
         self.families.inc(name, *labels, model=self.model, by=by)
+
+    def model_busy(self, seconds: float) -> None:
+        """The model ran a forward for `seconds`."""
+        self.inc("tei_onnx_model_busy_seconds", by=seconds)
 
     def received(self, method: Method) -> None:
         """A request arrived (counted before it is validated, as TEI does)."""

@@ -226,7 +226,12 @@ class Worker:
 
 
     def _forward(self, output: Output, encodings: Sequence[Encoding]) -> Sequence[Array]:
-        return forward_in_pieces(self.model, output, encodings)
+        # Timed here, on the model thread: a probe waiting behind a batch is not busy time.
+        started = self.clock()
+        try:
+            return forward_in_pieces(self.model, output, encodings)
+        finally:
+            self.metrics.model_busy(self.clock() - started)
 
 
 def forward_in_pieces(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import struct
 from collections.abc import Callable
 
@@ -340,6 +341,8 @@ def test_health_info_metrics_docs(embed_server: Running) -> None:
                  "te_request_input_length_bucket", "te_embed_inference_duration_bucket"):
         assert name in text, name
     assert "_total" not in text and "_created" not in text
+    busy = re.search(r"^tei_onnx_model_busy_seconds (\S+)$", text, re.MULTILINE)
+    assert busy is not None and float(busy.group(1)) > 0, text
     # Once per input, as TEI records them: the counts equal te_embed_success.
     assert "te_embed_success 2" in text and "te_embed_duration_count 2.0" in text
     assert "te_embed_inference_duration_count 2.0" in text

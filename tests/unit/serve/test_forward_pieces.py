@@ -86,3 +86,44 @@ def test_warm_up_runs_the_largest_piece_once(
     model = WarmRecorder(budget=budget, max_rows=max_rows)
     warm_up(cast(ServedModel, model), Settings(max_batch_requests=max_batch_requests))
     assert model.calls == expected
+
+
+class Slow(Recorder):
+    """Each forward takes `seconds` of wall time."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(budget=1024)
+        self.seconds = seconds
+
+    def forward(self, batch: Sequence[Encoding], output: Output) -> np.ndarray[Any, Any]:
+        import time
+
+        time.sleep(self.seconds)
+        return super().forward(batch, output)
+
+
+def test_model_busy_seconds_count_forwards_on_the_model_thread() -> None:
+    """`tei_onnx_model_busy_seconds`: batches and probes, each timed where it runs, so a
+    probe queued behind a batch adds only its own forward."""
+    import asyncio
+
+    from tei_serve.metrics import Metrics
+    from tei_serve.worker import Worker
+
+    async def scenario() -> tuple[float, float]:
+        metrics = Metrics()
+        worker = Worker(cast(Any, Slow(0.3)), max_batch_tokens=1024, max_batch_requests=None,
+                        max_wait=0.0, metrics=metrics)  # fmt: skip
+        worker.start()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        batch = worker.submit(_enc(1, 4), Output.EMBEDDING)
+        await asyncio.sleep(0.05)  # the batch is running; the probe waits behind it
+        await asyncio.gather(batch, worker.probe(_enc(2, 4), Output.EMBEDDING))
+        wall = loop.time() - started
+        await worker.stop()
+        return metrics.counter_value("tei_onnx_model_busy_seconds"), wall
+
+    busy, wall = asyncio.run(scenario())
+    # two forwards of 0.3 s; timed around the await, the probe's wait (~0.25 s) would count
+    assert 0.6 <= busy <= min(wall + 0.01, 0.75)
