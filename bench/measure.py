@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +24,15 @@ def chunk(pool: Pool, i: int, batch: int) -> tuple[list[str], list[int]]:
     return [pool.texts[k] for k in idx], [pool.tokens[k] for k in idx]
 
 
+@dataclass(frozen=True)
+class Usage:
+    """A server's counters at one moment: the seconds its model has spent in forwards (None
+    where the server does not say) and its process's CPU seconds."""
+
+    model_busy_s: float | None
+    cpu_s: float
+
+
 def run_cell(
     call: Callable[[list[str]], object],
     pool: Pool,
@@ -34,8 +44,12 @@ def run_cell(
     repeat: int,
     sizes: Sizes,
     model: Model,
+    usage: Callable[[], Usage] | None = None,
 ) -> Cell:
-    """`concurrency` threads issue calls; each call's latency is measured around `call`."""
+    """`concurrency` threads issue calls; each call's latency is measured around `call`.
+    With `usage` (a server's), the cell also says where the timed part's time went: the
+    share of it the model ran forwards, and the cores the server and this process's client
+    threads used."""
     warm, warm_tokens = chunk(pool, 0, batch)
     if sum(warm_tokens) > sizes.warm_token_cap:
         warm = warm[:1]  # a minutes-long batch is not run twice; its arena growth is noise
@@ -46,6 +60,8 @@ def run_cell(
     state = {"next": 0, "texts": 0}
     # at least one full round of concurrency, else the cell measures a ramp, not a load
     min_calls = max(sizes.min_calls, concurrency)
+    before = usage() if usage else None
+    client_cpu = time.process_time()  # every thread of this process: the client threads
     start = time.perf_counter()
     errors: list[BaseException] = []
 
@@ -77,8 +93,15 @@ def run_cell(
     for th in threads:
         th.join()
     seconds = time.perf_counter() - start
+    client_cpu = time.process_time() - client_cpu
+    after = usage() if usage else None
     if errors:
         raise errors[0]
+    busy = server = client = None
+    if before is not None and after is not None:
+        server, client = (after.cpu_s - before.cpu_s) / seconds, client_cpu / seconds
+        if before.model_busy_s is not None and after.model_busy_s is not None:
+            busy = (after.model_busy_s - before.model_busy_s) / seconds
     lat_ms = np.array(latencies) * 1e3
     return Cell(
         engine=engine,
@@ -92,4 +115,7 @@ def run_cell(
         seconds=seconds,
         p50_ms=float(np.percentile(lat_ms, 50)),
         p99_ms=float(np.percentile(lat_ms, 99)),
+        model_busy=busy,
+        server_cores=server,
+        client_cores=client,
     )

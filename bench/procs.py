@@ -43,6 +43,20 @@ def peak_rss_mb(pid: int) -> float | None:
     return total / 1024 if seen else None
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of pid and its live descendants, every thread counted."""
+    total = 0.0
+    for p in tree(pid):
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        # after the command's closing parenthesis: state is field 3, utime 14, stime 15
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """A minimal environment: tei-serve reads TEI's env names (HOSTNAME, PORT, MODEL_ID ...),
     and a shell's HOSTNAME would otherwise rebind the server; hubs are never reached."""

@@ -19,6 +19,10 @@ class Cell(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float  # wall time of the timed part
     p50_ms: float  # per-call (in-process) or per-request (HTTP) latency
     p99_ms: float
+    # Served engines only (None elsewhere, and in runs recorded before these were):
+    model_busy: float | None = None  # share of the wall time the server's model ran forwards
+    server_cores: float | None = None  # the server process's CPU seconds per wall second
+    client_cores: float | None = None  # the bench's client threads', the same way
 
 
 class EngineRun(msgspec.Struct, frozen=True, kw_only=True):

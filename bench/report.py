@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from bench import graph_choice
+from bench import graph_choice, served
 from bench.limits import fp32_limit, fraction, limit_line, limit_of
 from bench.records import EngineRun, Floor, Run
 
@@ -440,6 +440,7 @@ def markdown(run: Run) -> str:
             f"{_spread_text(r)} | {r.tokens_s:.0f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
             f"{_ratio(r.texts_s, base.texts_s if base else None)} | {of_fp32} | {of_int8} |"
         )
+    lines += served.lines(run)
     notes = list(run.notes)
     if over := over_limit(run):
         notes.insert(

@@ -257,7 +257,7 @@ def _http(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
                 cells.append(run_cell(
                     srv.client.post, ctx.pools[length], engine=engine, length=length,
                     batch=batch, concurrency=conc, repeat=repeat, sizes=ctx.sizes,
-                    model=ctx.model,
+                    model=ctx.model, usage=srv.usage,
                 ))  # fmt: skip
             except (OSError, HttpError) as e:
                 ctx.notes.append(f"{engine} {length} b{batch} c{conc} r{repeat}: {e}")

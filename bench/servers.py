@@ -9,17 +9,20 @@ engine needs an ONNX file in the model folder, made once per checkpoint before a
 from __future__ import annotations
 
 import hashlib
+import re
 import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.config import dtype_of
 from bench.grpc_client import GrpcClient, GrpcUnavailableError
 from bench.http_client import Client, openai_client, tei_client
-from bench.procs import clean_env, peak_rss_mb
+from bench.measure import Usage
+from bench.procs import clean_env, cpu_seconds, peak_rss_mb
 
 REPO = Path(__file__).resolve().parent.parent
 INFINITY_VENV = REPO / "bench" / ".venv-infinity"
@@ -37,9 +40,22 @@ class Server:
     client: Client | GrpcClient
     log: Path
     cold_start_s: float
+    metrics_port: int | None = None  # tei-serve's Prometheus port (infinity: None)
 
     def peak_rss_mb(self) -> float | None:
         return peak_rss_mb(self.proc.pid)
+
+    def usage(self) -> Usage:
+        """The model's busy seconds so far (tei-serve's `tei_onnx_model_busy_seconds`) and
+        the server's CPU seconds."""
+        busy = None
+        if self.metrics_port is not None:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                text = answer.read().decode()
+            found = re.search(r"^tei_onnx_model_busy_seconds (\S+)$", text, re.MULTILINE)
+            busy = float(found.group(1)) if found else 0.0  # absent until the first forward
+        return Usage(model_busy_s=busy, cpu_s=cpu_seconds(self.proc.pid))
 
     def stop(self) -> None:
         self.client.close()
@@ -104,12 +120,13 @@ def infinity_model_dir(checkpoint: Path, cache: Path) -> Path:
 
 
 def _command(
-    engine: str, port: int, artifact: Path, infinity_dir: Path | None, cache: Path, device: str
-) -> tuple[list[str], Path, dict[str, str], Client | GrpcClient]:
+    engine: str, port: int, artifact: Path, infinity_dir: Path | None, cache: Path, device: str,
+    metrics_port: int,
+) -> tuple[list[str], Path, dict[str, str], Client | GrpcClient]:  # fmt: skip
     if engine.startswith("serve-"):
         argv = [str(REPO / ".venv" / "bin" / "tei-serve"), "--model-id", str(artifact),
                 "--dtype", dtype_of(engine), "--device", device, "--hostname", "127.0.0.1",
-                "--port", str(port), "--prometheus-port", "0",
+                "--port", str(port), "--prometheus-port", str(metrics_port),
                 "--log-level", "warning"]  # fmt: skip
         if engine.startswith("serve-grpc-"):  # EmbedStream instead of POST /embed
             return [*argv, "--grpc"], REPO, clean_env(), GrpcClient(port)
@@ -133,8 +150,11 @@ def start(
     engine: str, artifact: Path, infinity_dir: Path | None, cache: Path, log_dir: Path,
     device: str, timeout: float = 300.0,
 ) -> Server:  # fmt: skip
-    port = free_port()
-    argv, cwd, env, client = _command(engine, port, artifact, infinity_dir, cache, device)
+    port, metrics_port = free_port(), free_port()
+    while metrics_port == port:
+        metrics_port = free_port()
+    argv, cwd, env, client = _command(engine, port, artifact, infinity_dir, cache, device,
+                                      metrics_port)  # fmt: skip
     log = log_dir / f"{engine}-{port}.log"
     t0 = time.monotonic()
     with log.open("wb") as fh:
@@ -157,4 +177,5 @@ def start(
         time.sleep(0.05)
     cold = time.monotonic() - t0
     probe.close()
-    return Server(engine=engine, proc=proc, client=client, log=log, cold_start_s=cold)
+    return Server(engine=engine, proc=proc, client=client, log=log, cold_start_s=cold,
+                  metrics_port=metrics_port if engine.startswith("serve-") else None)

@@ -80,6 +80,15 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
     assert all(line.count("|") == 13 for line in body)
     assert {line.split("|")[1].strip() for line in body} == set(engines)
     assert "## Targets" in md
+    # served cells say where their time went: tei-serve's busy counter, both sides' cores
+    for e in run.engines:
+        for c in e.cells:
+            served = e.engine.startswith("serve-")
+            assert (c.model_busy is not None) == served, (e.engine, c)
+            assert (c.server_cores is not None) == served
+            if served:
+                assert c.model_busy is not None and 0 < c.model_busy <= 1.05
+    assert "## Served cells: where the time goes" in md
     assert "fp32 GEMM" in md and "avx512f" in md  # the host's limits and ISA in every table
     # the batch-1 floor, at the short texts' row count, with MiniLM's 6 x 1.77 M weights
     assert run.weight_floor is not None

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from bench import graph_choice, report
+from bench import graph_choice, report, served
 from bench.config import BIG, engines, graph_of
 from bench.flops import flops_per_token, model_shape
 from bench.limits import fraction, limit_line, limit_of
@@ -275,3 +275,46 @@ def test_runs_recorded_before_the_floor_still_load_and_report() -> None:
     md = report.markdown(legacy)
     assert "- batch-1 floor: not measured" in md
     assert not any("floor" in n for n, _, _ in report.targets(legacy, report.rows(legacy)))
+
+
+def test_served_cells_say_where_the_time_went() -> None:
+    """busy share, forward rate against the in-process engine, cores; n/a where a server has
+    no busy counter; no section for a run without served cells."""
+    assert served.lines(_run("minilm")) == []
+    serve = msgspec.structs.replace(
+        _cell("serve-int8", "long", 32, 2.0, 220), concurrency=4, model_busy=0.8,
+        server_cores=1.9, client_cores=0.05,
+    )  # fmt: skip
+    other = msgspec.structs.replace(
+        _cell("infinity-optimum", "long", 32, 2.0, 220), concurrency=4, server_cores=1.5,
+        client_cores=0.1,
+    )  # fmt: skip
+    run = _run("minilm")
+    run = msgspec.structs.replace(run, engines=[
+        *run.engines, EngineRun(engine="serve-int8", repeat=0, cells=[serve]),
+        EngineRun(engine="infinity-optimum", repeat=0, cells=[other]),
+    ])  # fmt: skip
+    rows = [line for line in served.lines(run) if line.startswith("| serve-int8")
+            or line.startswith("| infinity")]  # fmt: skip
+    # 128 texts in 2 s = 64 texts/s; busy 80% -> forward rate 80; runtime-int8 in-process 128
+    assert [c.strip() for c in rows[0].strip("|").split("|")] == [
+        "serve-int8", "long", "32", "4", "64.0", "80%", "80.0", "128.0", "1.90", "0.05"]
+    assert [c.strip() for c in rows[1].strip("|").split("|")][5:8] == ["n/a", "n/a", "n/a"]
+    assert "## Served cells: where the time goes" in report.markdown(run)
+
+
+def test_a_cell_with_usage_measures_the_server_between_its_timed_calls() -> None:
+    from bench.config import QUICK
+    from bench.measure import Usage, run_cell
+    from bench.texts import Pool
+
+    snapshots = iter([Usage(model_busy_s=10.0, cpu_s=100.0),
+                      Usage(model_busy_s=10.5, cpu_s=101.5)])  # fmt: skip
+    sizes = msgspec.structs.replace(QUICK, min_calls=2, min_seconds=0.0, max_seconds=5.0)
+    pool = Pool(texts=["a", "b"], tokens=[3, 3])
+    cell = run_cell(lambda texts: None, pool, engine="serve-int8", length="short", batch=1,
+                    concurrency=1, repeat=0, sizes=sizes, model=_run("minilm").model,
+                    usage=lambda: next(snapshots))  # fmt: skip
+    assert cell.model_busy == pytest.approx(0.5 / cell.seconds)
+    assert cell.server_cores == pytest.approx(1.5 / cell.seconds)
+    assert cell.client_cores is not None and cell.client_cores >= 0
