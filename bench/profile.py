@@ -12,9 +12,9 @@ this host (fp32 and int8):
 - onnxruntime's op-level profile (`SessionOptions.enable_profiling`) of the same pieces, with
   the runtime's session options and graph: time by op type, warm-up runs left out.
 
-Medians over `--repeats`. Writes `<out>/<model>/profile.md` (and prints it). The HTTP side of a
-miss (the event loop and tokenizer threads against onnxruntime's on few cores) is the
-serve-vs-runtime ratio of the same cell in results.md, not measured again here.
+Medians over `--repeats`. Writes `<out>/<model>/profile.md` (and prints it). The served side
+of a miss (the event loop and tokenizer threads against onnxruntime's on few cores) is
+results.md's "Served cells" section (bench/served.py), measured in the served cells themselves.
 """
 
 from __future__ import annotations
