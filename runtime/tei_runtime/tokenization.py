@@ -336,13 +336,17 @@ class Tokenizer:
         tok = self._plain
         if truncate:
             tok = self._left if direction == "left" else self._right
+        # The batch calls, one item each: tokenizers' single-item decode and encode hold
+        # Python's lock throughout, and 600k ids took seconds, every other thread (the event
+        # loop's too) stopped meanwhile. A prompt set to "" still takes the prompt's path, as
+        # TEI's `Some("")` does: the ids are re-encoded with special tokens.
         try:
-            if prefix:
-                text = prefix + self._plain.decode(list(ids), skip_special_tokens=True)
-                enc = tok.encode(text, add_special_tokens=True)
+            if prefix is not None:
+                [text] = self._plain.decode_batch([list(ids)], skip_special_tokens=True)
+                [enc] = tok.encode_batch([prefix + text], add_special_tokens=True)
             else:
-                text = self._plain.decode(list(ids), skip_special_tokens=False)
-                enc = tok.encode(text, add_special_tokens=False)
+                [text] = self._plain.decode_batch([list(ids)], skip_special_tokens=False)
+                [enc] = tok.encode_batch([text], add_special_tokens=False)
         except Exception as e:  # tokenizers raises bare Exception
             raise TokenizerError(str(e)) from e
         if len(enc.ids) > self.max_input_length:

@@ -306,6 +306,26 @@ def test_vertex_answers_each_instance_as_its_own_request(
     assert sparse["predictions"] == [s.post("/embed_sparse", json={"inputs": "a cat"}).json()]
 
 
+def test_vertex_past_every_permit_starts_no_more_instances_than_can_pass(
+    serve: Callable[..., Running],
+) -> None:
+    """More instances than permits: TEI's answer is a 429 (or an earlier instance's own
+    failure), found among the first permits + 1 instances; the rest are never started (110k
+    instances used to take ~30 s of the event loop and 2 GB)."""
+    r = serve(Task.EMBED, max_concurrent_requests=3)
+    c = r.client
+    many = c.post("/vertex", json={"instances": [{"inputs": "a"}] * 5000})
+    assert many.status_code == 429 and many.json()["error_type"] == "Overloaded"
+    started = c.get("/metrics").text
+    counted = re.search(r'^te_request_count\{method="single"\} (\d+)$', started, re.MULTILINE)
+    assert counted is not None and int(counted.group(1)) <= 4, started
+    # An earlier instance's own failure still comes first; within the permits all pass.
+    first = c.post("/vertex", json={"instances": [{"inputs": ""}] + [{"inputs": "a"}] * 50})
+    assert first.status_code == 400 and first.json()["error_type"] == "Empty"
+    ok = c.post("/vertex", json={"instances": [{"inputs": "a"}] * 3})
+    assert ok.status_code == 200 and len(ok.json()["predictions"]) == 3
+
+
 def test_a_model_named_by_an_absolute_path_is_retrieved(serve: Callable[..., Running]) -> None:
     """`--model-id /data/model` names the model by its path; OpenAI's models.retrieve asks
     for `/v1/models//data/model`, whose doubled slash the router folds."""

@@ -138,6 +138,12 @@ def test_prompts(make_artifact: ArtifactFactory) -> None:
         'in the Sentence Transformers prompts. Available prompts: ["query", "doc"]')
     with pytest.raises(ValidationError, match="not both"):
         m.encode(["cat"], prompt_name="query", prompt="x")
+    # Token ids under a prompt are decoded and encoded again with it and the specials; a
+    # prompt set to "" too (TEI's `Some("")`, e.g. a model's `"passage": ""`), not as none.
+    cat = VOCAB["cat"]
+    assert m.encode([[cat]], prompt="search : ")[0].ids == free.ids
+    assert m.encode([[cat]], prompt="")[0].ids == (CLS, cat, SEP)
+    assert m.encode([[cat]])[0].ids == (cat,)
     # As TEI: prompted ids are decoded without their specials and tokenized with new ones.
     (ids,) = m.encode([[CLS, VOCAB["cat"], SEP]], prompt_name="query")
     assert ids.ids == (CLS, VOCAB["query"], VOCAB[":"], VOCAB["cat"], SEP)
