@@ -227,7 +227,9 @@ class Tokenizer:
 
     def _count(self, text: str) -> int:
         try:
-            return len(self._plain.encode(text, add_special_tokens=False).ids)
+            # the batch call: it releases Python's lock, which a pair's counts hold for seconds
+            [encoding] = self._plain.encode_batch([text], add_special_tokens=False)
+            return len(encoding.ids)
         except Exception as e:
             raise TokenizerError(str(e)) from e
 
