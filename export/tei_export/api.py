@@ -24,7 +24,7 @@ from tei_export import (
 )
 from tei_export.cards import CardError
 from tei_export.checkpoint import Checkpoint, read_checkpoint
-from tei_export.errors import ExportError
+from tei_export.errors import ExportError, InterruptedAfterWriting
 from tei_export.plan import ExportPlan, make_plan
 from tei_export.progress import Progress
 from tei_export.source import ResolvedSource, resolve
@@ -372,24 +372,33 @@ def _export(
                 plan, source, checkpoint, work, progress, trust_remote_code, external_data
             )
             publish_tree(work)  # mkdtemp made it 0700: readable by the serving user too
-            _move_into_place(work, output_dir, overwrite)
+            aside = _move_into_place(work, output_dir, overwrite)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
-    progress.summary(manifest, output_dir)
+    try:
+        if aside is not None:  # the artifact it replaced: seconds for a big model
+            shutil.rmtree(aside, ignore_errors=True)
+        progress.summary(manifest, output_dir)
+    except BaseException as e:
+        if isinstance(e, Exception):
+            raise
+        # Ctrl-C or a signal's unwinding (the CLI's): not "nothing was written"
+        raise InterruptedAfterWriting(str(output_dir), e) from e
     return output_dir
 
 
-def _move_into_place(work: Path, output_dir: Path, overwrite: bool) -> None:
+def _move_into_place(work: Path, output_dir: Path, overwrite: bool) -> Path | None:
     """Rename WORK to OUTPUT_DIR; an artifact already there (--overwrite) is set aside first
     and put back if the rename fails, so an interrupted export leaves the old one whole.
     What appeared at OUTPUT_DIR while the export ran is checked again as at the start: without
-    --overwrite nothing there is replaced, with it only an artifact or an empty folder."""
+    --overwrite nothing there is replaced, with it only an artifact or an empty folder.
+    Returns where the replaced artifact was set aside, for the caller to remove."""
     try:
         if not output_dir.exists():
             try:
                 work.rename(output_dir)  # an empty folder made meanwhile is replaced; no other
-                return
+                return None
             except OSError as e:
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
@@ -408,7 +417,7 @@ def _move_into_place(work: Path, output_dir: Path, overwrite: bool) -> None:
             raise
     except OSError as e:
         raise ExportError(f"cannot move the artifact into {output_dir}: {e.strerror or e}") from e
-    shutil.rmtree(aside, ignore_errors=True)
+    return aside
 
 
 def _build(

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from tei_export.cards import CardError, load_cards, supported_families
-from tei_export.errors import ExportError
+from tei_export.errors import ExportError, InterruptedAfterWriting
 from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import Pooling, Precision, Task
 from tei_runtime.providers import precision_named
@@ -141,7 +141,9 @@ def parser() -> argparse.ArgumentParser:
         "folder; anything else is refused",
     )
     p.add_argument("--quiet", action="store_true",
-                   help="no progress display, and no warnings from transformers")
+                   help="no progress display, and no warnings from transformers (the "
+                   "export's own notes, where its artifact differs from what "
+                   "sentence-transformers would do, still print)")
     return p
 
 
@@ -217,6 +219,12 @@ def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
         print(f"tei-export: error: {e.strerror or e}{where}; nothing was written",
               file=sys.stderr)  # fmt: skip
         return 1
+    except InterruptedAfterWriting as done:
+        what = (signal.Signals(done.interrupt.signum).name
+                if isinstance(done.interrupt, Terminated) else "interrupted")  # fmt: skip
+        print(f"tei-export: {what} after the artifact was written: {done.output_dir} is "
+              "complete", file=sys.stderr)  # fmt: skip
+        return 0
     except KeyboardInterrupt:
         print("tei-export: interrupted; nothing was written", file=sys.stderr)
         return 130

@@ -16,6 +16,9 @@ from tei_runtime.manifest import Manifest
 class Progress:
     def __init__(self, *, quiet: bool = False) -> None:
         self.console = Console(stderr=True, quiet=quiet, highlight=False)
+        # Notes say where the artifact differs from sentence-transformers' view of the
+        # checkpoint (a default pooling, a module left out): --quiet keeps them.
+        self.notes = Console(stderr=True, highlight=False)
         self.timings: list[tuple[str, float]] = []
 
     @contextmanager
@@ -34,7 +37,7 @@ class Progress:
         self.console.print(f"[green]✓[/green] {name} [dim]{elapsed:.1f}s[/dim]")
 
     def note(self, text: str) -> None:
-        self.console.print(f"[yellow]![/yellow] {text}")
+        self.notes.print(f"[yellow]![/yellow] {text}")
 
     def summary(self, manifest: Manifest, where: Path) -> None:
         table = Table(title=f"{manifest.architecture} -> {where}")

@@ -327,7 +327,7 @@ class Model:
         self,
         texts: Sequence[Input],
         *,
-        normalize: bool = True,
+        normalize: bool | None = None,
         dimensions: int | None = None,
         truncate: bool = True,
         truncation_direction: Direction | None = None,
@@ -335,7 +335,15 @@ class Model:
         prompt: str | None = None,
         batch_tokens: int | None = None,
     ) -> FloatArray:
-        """[n, dim] sentence embeddings, like sentence-transformers' encode."""
+        """[n, dim] sentence embeddings, like sentence-transformers' encode: L2-normalised
+        where the model's modules.json has a Normalize module (the manifest's `normalize`),
+        unless `normalize` says otherwise (TEI's server normalises unless told not to)."""
+        if normalize is None:
+            normalize = self.manifest.normalize
+        elif not isinstance(normalize, bool):
+            raise ValidationError(
+                f"`normalize` must be True, False or None; got {type(normalize).__name__}"
+            )
         encodings = self.encode(
             texts,
             truncate=truncate,

@@ -254,6 +254,42 @@ def test_quiet_export_prints_nothing(tmp_path: Path, tiny_bert: Path) -> None:
     assert (out / "manifest.json").is_file()
 
 
+def test_quiet_still_prints_the_exports_own_notes(tmp_path: Path, tiny_bert: Path) -> None:
+    """A note says where the artifact differs from sentence-transformers' reading of the
+    checkpoint (here: no pooling config, so the card's default pooling): --quiet keeps it."""
+    import shutil
+
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    shutil.rmtree(checkpoint / "1_Pooling")
+    (checkpoint / "modules.json").unlink()
+    result = _cli(str(checkpoint), str(tmp_path / "artifact"), "--variants", "fp32")
+    assert result.returncode == 0, result.stderr
+    assert "no 1_Pooling/config.json" in result.stderr, result.stderr
+    assert "✓" not in result.stderr  # no progress
+
+
+def test_an_interrupt_after_the_artifact_is_in_place_says_it_is_complete(
+    tmp_path: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Ctrl-C while the summary prints (or the replaced artifact is removed) comes after the
+    rename: the artifact is whole, so the CLI says so and exits 0, not "nothing written"."""
+    from tei_export.cli import main
+    from tei_export.progress import Progress
+
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Progress, "summary", interrupted)
+    out = tmp_path / "artifact"
+    assert main([str(tiny_bert), str(out), "--variants", "fp32", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err == f"tei-export: interrupted after the artifact was written: {out} is complete\n"
+    import tei_runtime
+
+    assert tei_runtime.load(out).embed(["a cat"]).shape == (1, 32)
+
+
 def test_what_a_killed_export_left_is_swept_by_the_next(tmp_path: Path, tiny_bert: Path) -> None:
     """SIGKILL leaves the scratch copies (a hub layout's native weights, a converted
     tokenizer) and an artifact set aside by --overwrite; the next export into the same place

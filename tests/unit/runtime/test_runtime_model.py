@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+from typing import Any, cast
+
 import numpy as np
 import pytest
 from rt_artifacts import VOCAB, ArtifactFactory, Built
@@ -136,6 +141,29 @@ def test_matryoshka_dimensions(embed_artifact: Built) -> None:
     assert m.embed(TEXTS[:2], dimensions=3, normalize=False).shape == (2, 3)
     with pytest.raises(ValidationError, match="dimensions"):
         m.embed(["cat"], dimensions=9)
+
+
+def test_embed_normalises_as_the_model_does_unless_told(
+    embed_artifact: Built, tmp_path: Path
+) -> None:
+    """`normalize=None` follows the manifest (the checkpoint's Normalize module), as
+    sentence-transformers' encode does; True / False force it; anything else is refused."""
+    m = load(embed_artifact.root)
+    raw = m.embed(TEXTS[:3], normalize=False)
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
+    np.testing.assert_allclose(np.linalg.norm(m.embed(TEXTS[:3]), axis=1), 1.0, atol=1e-6)
+    copy = tmp_path / "no-normalize"
+    shutil.copytree(embed_artifact.root, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["normalize"] is True
+    manifest["normalize"] = False
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    plain = load(copy)
+    np.testing.assert_allclose(plain.embed(TEXTS[:3]), raw, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(plain.embed(TEXTS[:3], normalize=True), axis=1),
+                               1.0, atol=1e-6)  # fmt: skip
+    with pytest.raises(ValidationError, match="`normalize` must be True, False or None"):
+        m.embed(TEXTS[:1], normalize=cast(Any, "no"))
 
 
 def test_embed_empty_list_and_empty_inputs(embed_artifact: Built) -> None:
