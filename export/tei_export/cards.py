@@ -176,7 +176,9 @@ def find_card(model_type: str, architecture: str, *, remote_code: bool = False) 
     for card in load_cards():
         if model_type in card.model_types:
             return card
+    said = (f"model_type {model_type!r}" if model_type else
+            "config.json has no model_type, which transformers reads the family from")  # fmt: skip
     raise CardError(
-        f"unsupported architecture {architecture} (model_type {model_type!r}); "
+        f"unsupported architecture {architecture} ({said}); "
         f"supported families (model_type where it differs): {supported_families()}"
     )

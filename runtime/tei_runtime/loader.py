@@ -90,10 +90,11 @@ def with_pooling(manifest: Manifest, pooling: str | None) -> Manifest:
 
 def graph_form(graph: str) -> GraphForm | None:
     """`load(graph=...)`: None for auto, else the form asked for (ProviderError if unknown)."""
-    if graph == "auto":
+    wanted = graph.lower() if isinstance(graph, str) else graph  # as dtype and device read
+    if wanted == "auto":
         return None
     try:
-        return GraphForm(graph)
+        return GraphForm(wanted)
     except ValueError:
         known = ", ".join(["auto", *(g.value for g in GraphForm)])
         raise ProviderError(f"unknown graph {graph!r}; known: {known}") from None

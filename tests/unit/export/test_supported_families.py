@@ -20,6 +20,8 @@ def test_error_lists_every_family_and_model_type() -> None:
     assert "gemma3 (gemma3_text)" in message
     assert "modernbert_decoder (modernbert-decoder)" in message
     assert "llama" in message
+    with pytest.raises(CardError, match=r"\(config\.json has no model_type, which "):
+        find_card("", "BertModel")
 
 
 def test_cli_help_lists_the_families() -> None:

@@ -136,6 +136,9 @@ def test_asked_graph_the_artifact_lacks_or_unknown_is_refused(
         tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC), graph="plain")
     with pytest.raises(tei_runtime.ProviderError, match="unknown graph 'flat'; known: auto"):
         tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC), graph="flat")
+    # any case, as dtype and device are read
+    with pytest.raises(tei_runtime.ManifestError, match=r"no plain fp32 graph"):
+        tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC), graph="PLAIN")
 
 
 def test_asked_graph_is_cpu_only(make_artifact: ArtifactFactory) -> None:
