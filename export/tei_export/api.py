@@ -24,7 +24,7 @@ from tei_export import (
 )
 from tei_export.cards import CardError
 from tei_export.checkpoint import Checkpoint, read_checkpoint
-from tei_export.errors import ExportError, InterruptedAfterWriting
+from tei_export.errors import ExportError, InterruptedAfterWriting, Terminated
 from tei_export.plan import ExportPlan, make_plan
 from tei_export.progress import Progress
 from tei_export.source import ResolvedSource, resolve
@@ -204,7 +204,7 @@ def export_model(
                         trust_remote_code=trust_remote_code,
                     )
                     if revision is not None and source.commit_sha is None:
-                        progress.note(
+                        progress.warn(
                             f"--revision {revision} does nothing for a local folder: it is "
                             "exported as it is"
                         )
@@ -333,33 +333,33 @@ def _export(
             "lowercase text before sending it"
         )
     for note in [*plan.notes, *tokenizer_notes]:
-        progress.note(note)
+        progress.warn(note)
     if checkpoint.own_code_skipped and not trust_remote_code:
-        progress.note(
+        progress.warn(
             f"config.json's auto_map (the model's own code) is not run: {checkpoint.architecture} "
             "is transformers' own class, traced as TEI runs its own implementation "
             "(--trust-remote-code runs the model's code instead)"
         )
     if plan.task is Task.EMBED and checkpoint.st_pooling is None and pooling is None:
-        progress.note(f"no 1_Pooling/config.json: using the card's default pooling {plan.pooling}")
+        progress.warn(f"no 1_Pooling/config.json: using the card's default pooling {plan.pooling}")
     if (
         plan.task is Task.EMBED
         and plan.card.generative_reranker is not None
         and checkpoint.architecture.endswith("ForCausalLM")
         and checkpoint.st_pooling is None
     ):
-        progress.note(
+        progress.warn(
             f"{checkpoint.architecture} exported as an embedder (last token); a generative "
             f"reranker of this family (Qwen3-Reranker) needs --task rerank"
         )
     for kind in checkpoint.ignored_modules:
-        progress.note(f"modules.json: {kind} is not a module tei-onnx runs; left out")
+        progress.warn(f"modules.json: {kind} is not a module tei-onnx runs; left out")
     if (
         not checkpoint.pools_prompt
         and checkpoint.prompts
         and plan.pooling in (Pooling.MEAN, Pooling.CLS)
     ):
-        progress.note(
+        progress.warn(
             "1_Pooling/config.json has include_prompt: false; like TEI, tei-onnx pools the "
             "prompt's tokens too, so prompted vectors differ from sentence-transformers'"
         )
@@ -380,10 +380,9 @@ def _export(
         if aside is not None:  # the artifact it replaced: seconds for a big model
             shutil.rmtree(aside, ignore_errors=True)
         progress.summary(manifest, output_dir)
-    except BaseException as e:
-        if isinstance(e, Exception):
-            raise
-        # Ctrl-C or a signal's unwinding (the CLI's): not "nothing was written"
+    except (KeyboardInterrupt, Terminated) as e:
+        # Ctrl-C or the CLI's signal unwinding: not "nothing was written" (a SystemExit, the
+        # server's export child stopping, stays what it is)
         raise InterruptedAfterWriting(str(output_dir), e) from e
     return output_dir
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from tei_export.cards import CardError, load_cards, supported_families
-from tei_export.errors import ExportError, InterruptedAfterWriting
+from tei_export.errors import ExportError, InterruptedAfterWriting, Terminated
 from tei_runtime.errors import ProviderError
 from tei_runtime.manifest import Pooling, Precision, Task
 from tei_runtime.providers import precision_named
@@ -141,21 +141,11 @@ def parser() -> argparse.ArgumentParser:
         "folder; anything else is refused",
     )
     p.add_argument("--quiet", action="store_true",
-                   help="no progress display, and no warnings from transformers (the "
-                   "export's own notes, where its artifact differs from what "
-                   "sentence-transformers would do, still print)")
+                   help="no progress display or notes, and no warnings from transformers "
+                   "(the export's own warnings still print: where the artifact differs from "
+                   "what sentence-transformers makes of the checkpoint, or an option did "
+                   "nothing)")
     return p
-
-
-class Terminated(BaseException):
-    """SIGTERM (docker stop, a batch job's kill) or SIGHUP (the terminal or SSH session
-    closed) arrived: unwinds like Ctrl-C, so the export's partial folder is removed. A
-    BaseException, so no `except Exception` on the way (a fallback, a retry) takes it for a
-    failure to work around."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

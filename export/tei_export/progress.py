@@ -16,9 +16,10 @@ from tei_runtime.manifest import Manifest
 class Progress:
     def __init__(self, *, quiet: bool = False) -> None:
         self.console = Console(stderr=True, quiet=quiet, highlight=False)
-        # Notes say where the artifact differs from sentence-transformers' view of the
-        # checkpoint (a default pooling, a module left out): --quiet keeps them.
-        self.notes = Console(stderr=True, highlight=False)
+        # Warnings say where the artifact differs from what sentence-transformers makes of
+        # the checkpoint (a default pooling, a module left out) or an option did nothing:
+        # --quiet keeps them.
+        self.warnings = Console(stderr=True, highlight=False)
         self.timings: list[tuple[str, float]] = []
 
     @contextmanager
@@ -37,7 +38,13 @@ class Progress:
         self.console.print(f"[green]✓[/green] {name} [dim]{elapsed:.1f}s[/dim]")
 
     def note(self, text: str) -> None:
-        self.notes.print(f"[yellow]![/yellow] {text}")
+        """What the export did (int8's kept products, a converted tokenizer): --quiet hides it."""
+        self.console.print(f"[yellow]![/yellow] {text}")
+
+    def warn(self, text: str) -> None:
+        """Where the artifact differs from sentence-transformers' reading of the checkpoint,
+        or an option did nothing: printed even with --quiet."""
+        self.warnings.print(f"[yellow]![/yellow] {text}")
 
     def summary(self, manifest: Manifest, where: Path) -> None:
         table = Table(title=f"{manifest.architecture} -> {where}")

@@ -1,7 +1,8 @@
 """tei_runtime: run a tei-export artifact with onnxruntime. No torch, no transformers.
 
 Usage: `model = tei_runtime.load("artifacts/all-MiniLM-L6-v2")`, then
-`model.embed(["a sentence", "another one"])` gives a [2, 384] array, L2-normalised.
+`model.embed(["a sentence", "another one"])` gives a [2, 384] array, L2-normalised where the
+model has a Normalize module (all-MiniLM-L6-v2 does), as sentence-transformers gives it.
 """
 
 from __future__ import annotations

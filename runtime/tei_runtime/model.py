@@ -340,6 +340,8 @@ class Model:
         unless `normalize` says otherwise (TEI's server normalises unless told not to)."""
         if normalize is None:
             normalize = self.manifest.normalize
+        elif isinstance(normalize, np.bool_):
+            normalize = bool(normalize)
         elif not isinstance(normalize, bool):
             raise ValidationError(
                 f"`normalize` must be True, False or None; got {type(normalize).__name__}"

@@ -183,6 +183,7 @@ def test_existing_output_needs_overwrite(tmp_path: Path, tiny_bert: Path) -> Non
     assert files == [
         "model.fp32.onnx", "model.fp32.plain.onnx", "model.int8.onnx", "model.int8.plain.onnx"
     ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]  # the old one removed
 
 
 def test_overwrite_replaces_only_an_artifact(tmp_path: Path, tiny_bert: Path) -> None:

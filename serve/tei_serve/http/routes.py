@@ -381,7 +381,7 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
             if i % 1000 == 999:  # ~10 ms of decoding: let other requests and probes in
                 await asyncio.sleep(0)
             try:
-                decode(raw, RerankRequest)
+                decode(raw, RerankRequest, nested_in=2)
             except BodyError:
                 pass
             else:
@@ -403,7 +403,9 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
                     run, shape = run_embed, EmbedRequest
                 case _:
                     assert_never(serving.task)
-            decode(raw, shape)  # raises the instance's body error before anything runs
+            # raises the instance's body error before anything runs; in the body, an
+            # instance sits in `instances` in the request's object: two levels down
+            decode(raw, shape, nested_in=2)
             calls.append((run, raw, serving))
 
         # Each instance takes at least one permit as it starts, and all start before any

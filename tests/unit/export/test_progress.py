@@ -20,12 +20,15 @@ def test_each_stage_is_announced_off_a_terminal(capsys: pytest.CaptureFixture[st
         assert capsys.readouterr().err == ""
 
 
-def test_quiet_hides_progress_not_the_notes(capsys: pytest.CaptureFixture[str]) -> None:
-    """A note says where the artifact differs from sentence-transformers' reading of the
-    checkpoint: --quiet (progress off) keeps it."""
+def test_quiet_hides_progress_and_notes_not_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A warning says where the artifact differs from sentence-transformers' reading of the
+    checkpoint: --quiet (progress and routine notes off) keeps it."""
     quiet = Progress(quiet=True)
     with quiet.stage("fp32"):
-        quiet.note("no 1_Pooling/config.json: using the card's default pooling cls")
+        quiet.note("model.int8.onnx: 22 weight products static int8")
+        quiet.warn("no 1_Pooling/config.json: using the card's default pooling cls")
     assert capsys.readouterr().err == (
         "! no 1_Pooling/config.json: using the card's default pooling cls\n"
     )

@@ -30,11 +30,14 @@ def _refuse_renames(monkeypatch: pytest.MonkeyPatch, folder: Path, error: BaseEx
 
 def test_a_new_artifact_replaces_the_old_one_whole(tmp_path: Path) -> None:
     out = _artifact(tmp_path / "artifact", "old")
-    api._move_into_place(_artifact(tmp_path / ".artifact.partial-x", "new"), out, True)
+    aside = api._move_into_place(_artifact(tmp_path / ".artifact.partial-x", "new"), out, True)
     assert (out / "manifest.json").read_text() == "new"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]  # nothing set aside
+    # the old one set aside whole, for the caller to remove once the new one is in place
+    assert aside is not None and (aside / "manifest.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [aside.name, "artifact"]
     fresh = tmp_path / "fresh"
-    api._move_into_place(_artifact(tmp_path / ".fresh.partial-y", "first"), fresh, False)
+    assert api._move_into_place(_artifact(tmp_path / ".fresh.partial-y", "first"), fresh,
+                                False) is None  # fmt: skip
     assert (fresh / "manifest.json").read_text() == "first"
 
 

@@ -35,6 +35,8 @@ DEEP = b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     (b'{"inputs": "a", "dimensions": 1e400}', 400),         # past float64: serde's syntax
     (b'{"inputs": [1e400]}', 400),
     (b'{"inputs": ' + b"[" * 127 + b"]" * 127 + b"}", 400),  # serde_json's depth limit (128)
+    (b'{"inputs": ' + b"[ " * 127 + b"] " * 127 + b"}", 400),  # ... with spaces between
+    (b'{"inputs": ' + b'{"a": ' * 127 + b"1" + b"}" * 128, 400),  # ... as objects
     (b'{"inputs": "a", "dimensions": 123456789012345678901234567890}', 422),
     (b'{"inputs": "a", "dimensions": -1}', 422),
     (b'{"inputs": "a", "normalize": 1}', 422),
@@ -56,6 +58,14 @@ def test_nesting_under_serde_jsons_limit_is_only_the_wrong_shape() -> None:
     _refused_422(body, EmbedRequest, lambda r: parse_inputs(r.inputs))
     unknown = b'{"inputs": "a", "x": ' + b"[" * 200 + b"]" * 200 + b"}"
     assert decode(unknown, EmbedRequest).inputs == "a"  # an unknown field is skipped unread
+    # A /vertex instance sits two levels down in its body: the limit counts those too.
+    instance = b'{"inputs": ' + b"[" * 125 + b"]" * 125 + b"}"
+    assert decode(instance, EmbedRequest).inputs is not None
+    with pytest.raises(BodyError, match="recursion limit exceeded"):
+        decode(instance, EmbedRequest, nested_in=2)
+    # brackets inside strings are text, however they are escaped
+    texts = b'{"inputs": ["' + b"[[[\\\\" * 200 + b'", "\\"[[[" ]}'
+    assert decode(texts, EmbedRequest).inputs == ["[[[\\" * 200, '"[[[']
 
 
 def test_duplicate_keys() -> None:
