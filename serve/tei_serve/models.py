@@ -131,35 +131,34 @@ class Models:
         for s in self.servings:
             s.start()
 
-    def shed_margin(self, margin: float) -> float:
-        """How long before the end of a shutdown's grace to refuse what is queued: `margin`,
-        plus the longest batch any model has run or is running (the one running then must
-        still finish)."""
-        return margin + max(s.worker.batch_bound_s for s in self.servings)
-
     def watch_the_deadline(self, grace: float, margin: float) -> Callable[[], None]:
-        """From now until the returned function is called: once less than `shed_margin` of
-        `grace` is left, refuse what is queued, and again at every tick after (a request
-        still arriving on an open connection). The margin is read again at every tick: a
-        batch that runs long after the signal moves the moment earlier."""
+        """From now until the returned function is called: once less than `margin` plus a
+        model's longest batch (run or running: the one running then must still finish) is
+        left of `grace`, refuse what that model has queued, and again at every tick after (a
+        request still arriving on an open connection). Each model by its own batches: a slow
+        reranker does not cut short a fast embedder's queue. The bound is read again at
+        every tick: a batch that runs long after the signal moves the moment earlier."""
         loop = asyncio.get_running_loop()
         end = loop.time() + grace
         handle: asyncio.TimerHandle | None = None
 
         def check() -> None:
             nonlocal handle
-            if loop.time() >= end - self.shed_margin(margin):
-                self.shed_at_the_deadline()
+            due = [s for s in self.servings
+                   if loop.time() >= end - (margin + s.worker.batch_bound_s)]  # fmt: skip
+            if due:
+                self.shed_at_the_deadline(due)
             handle = loop.call_later(SHED_CHECK_SECONDS, check)
 
         check()
         return lambda: handle.cancel() if handle is not None else None
 
-    def shed_at_the_deadline(self) -> None:
-        """The shutdown's grace is nearly over (HTTP and gRPC alike): what is still queued is
-        answered Unhealthy now, rather than cancelled with no answer when it ends."""
+    def shed_at_the_deadline(self, servings: Sequence[Serving]) -> None:
+        """The shutdown's grace is nearly over for these models (HTTP and gRPC alike): what
+        they still have queued is answered Unhealthy now, rather than cancelled with no
+        answer when it ends."""
         message = "server is shutting down: its grace period is over"
-        refused = sum(s.worker.shed(message) for s in self.servings)
+        refused = sum(s.worker.shed(message) for s in servings)
         if refused:
             log.warning("shutdown grace period over: %d queued inputs refused with 503", refused)
 

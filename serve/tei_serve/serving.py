@@ -474,7 +474,8 @@ class Serving:
 
     async def openai_embed(self, q: OpenAIQuery) -> OpenAIEmbedded:
         meta = Tally(start=self.clock())
-        if q.model is not None and q.model != self.served_model_name:
+        if q.model is not None and q.model not in (self.served_model_name, self.model_id):
+            # (a request naming the model by its --model-id picked it: no warning)
             # TEI warns on every such request; OpenAI clients send their own default name
             # with each one, so once is enough to say it, and the rest go to debug.
             log.log(

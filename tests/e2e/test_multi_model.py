@@ -396,3 +396,24 @@ def test_default_prompt_prefixes_the_embedders_only(tokenizer_json: Path) -> Non
                          [LoadedModel(model=FakeModel(tokenizer_json, Task.RERANK),
                                       model_id="org/rr", served_model_name="rr")])  # fmt: skip
     assert [s.default_prompt for s in alone.servings] == ["query "]
+
+
+def test_each_model_sheds_its_queue_by_its_own_batches_at_shutdown(tokenizer_json: Path) -> None:
+    """A slow reranker beside a fast embedder: at a shutdown, the reranker's queue is refused
+    early enough for its long batch to finish, the embedder's only when its own short batches
+    call for it (one margin for all, the longest batch of any model, refused the embedder's
+    queue ~10 s early)."""
+    import asyncio
+
+    models = _models(tokenizer_json)
+    emb, rr, cls = models.servings
+    emb.worker.longest_batch_s, rr.worker.longest_batch_s, cls.worker.longest_batch_s = (
+        0.1, 10.0, 0.2)  # fmt: skip
+
+    async def watch() -> list[bool]:
+        stop = models.watch_the_deadline(grace=5.0, margin=1.0)
+        await asyncio.sleep(0.3)  # a tick or two: nothing else comes due meanwhile
+        stop()
+        return [s.worker._closing for s in models.servings]
+
+    assert asyncio.run(watch()) == [False, True, False]
