@@ -284,12 +284,20 @@ def test_grpc_picks_by_the_model_metadata(tokenizer_json: Path, client: Any) -> 
         assert statuses() == {health_pb2.HealthCheckResponse.SERVING}
         rr = r.models.servings[1].model
         assert isinstance(rr, FakeModel)
-        rr.fail_batches = 2  # the failing batch, then the probe the first Check runs
+        rr.fail_batches = 4  # the failing batch, then the probes the next three Checks run
         with pytest.raises(grpc.RpcError) as failed:
             stubs.RerankStub(r.channel).Rerank(pb.RerankRequest(query="q", texts=["a"]))
         assert failed.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
-        sick = health.Check(health_pb2.HealthCheckRequest(service="")).status
-        assert sick == health_pb2.HealthCheckResponse.NOT_SERVING  # one model down: all down
+
+        def check(service: str) -> int:
+            status: int = health.Check(health_pb2.HealthCheckRequest(service=service)).status
+            return status
+
+        # one model down: the server ("") and the services that model answers; the embedder's
+        # Embed stays SERVING
+        assert check("") == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert check("tei.v1.Embed") == health_pb2.HealthCheckResponse.SERVING
+        assert check("tei.v1.Rerank") == health_pb2.HealthCheckResponse.NOT_SERVING
         assert statuses() == {health_pb2.HealthCheckResponse.SERVING}  # the probe passes
     finally:
         r.stop()

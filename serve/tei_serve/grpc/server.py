@@ -8,8 +8,8 @@ a whole (""), which is what Kubernetes' gRPC probe and the image's HEALTHCHECK a
 "" SERVING). The other services are NOT_SERVING: every call to them fails. A Check on the
 model's services (or "") while the backend is unhealthy runs a probe forward first, as
 HTTP's /health does, so a recovered backend is seen again. With several models, the services
-of every model's task are followed, and they (and "") are SERVING only while every model is
-healthy.
+of every model's task are followed, each SERVING while every model that answers it is healthy
+(a failed reranker leaves Embed SERVING beside a healthy embedder), and "" while every model is.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from google.protobuf import descriptor_pool
@@ -74,23 +74,26 @@ class ModelHealth(health.aio.HealthServicer):
 
     async def refresh(self) -> None:
         """Set the followed services from the backends' health (probing those unhealthy)."""
-        status: int
-        try:
-            await self.models.health()
-            status = health_pb2.HealthCheckResponse.SERVING
-        except UnhealthyError:
-            status = health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in self.followed:
-            await self.set(name, status)
+        outcomes = await asyncio.gather(*(s.health() for s in self.models.servings),
+                                        return_exceptions=True)  # fmt: skip
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, UnhealthyError):
+                raise outcome
+        await self._follow([not isinstance(o, BaseException) for o in outcomes])
 
     async def mirror(self) -> None:
         """Set the followed services from the backends' flags as batches leave them, with no
         probe: Watch sees a failed batch as TEI's health channel reports it."""
-        healthy = all(s.worker.healthy for s in self.models.servings)
-        status = health_pb2.HealthCheckResponse.SERVING if healthy else \
-            health_pb2.HealthCheckResponse.NOT_SERVING  # fmt: skip
+        await self._follow([s.worker.healthy for s in self.models.servings])
+
+    async def _follow(self, healthy: Sequence[bool]) -> None:
+        """Each followed service from the health of the models that answer it (`healthy`, in
+        the servings' order); "" from every model's."""
         for name in self.followed:
-            await self.set(name, status)
+            answering = [ok for s, ok in zip(self.models.servings, healthy, strict=True)
+                         if not name or name in model_services(s.task)]  # fmt: skip
+            await self.set(name, health_pb2.HealthCheckResponse.SERVING if all(answering)
+                           else health_pb2.HealthCheckResponse.NOT_SERVING)  # fmt: skip
 
     async def Check(  # noqa: N802 (the gRPC method's name)
         self, request: health_pb2.HealthCheckRequest, context: aio.ServicerContext[Any, Any]
