@@ -100,3 +100,9 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     cosines: dict[str, float] = msgspec.field(default_factory=dict)
     notes: list[str] = msgspec.field(default_factory=list)
     weight_floor: Floor | None = None  # absent in runs made before it was measured
+
+    def cell_order(self, key: tuple[str, str, int, int]) -> tuple[int, int, int, int]:
+        """Where a cell (engine, length, batch, concurrency) goes in a table: engines as they
+        ran, lengths as the workloads list them, then batch and concurrency."""
+        engines = [e.engine for e in self.engines]
+        return (engines.index(key[0]), list(self.workloads).index(key[1]), key[2], key[3])

@@ -429,9 +429,7 @@ def markdown(run: Run) -> str:
         "| x ST | % fp32 | % int8 |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    order = {e.engine: i for i, e in enumerate(run.engines)}
-    lens = list(run.workloads)
-    for key in sorted(table, key=lambda k: (order[k[0]], lens.index(k[1]), k[2], k[3])):
+    for key in sorted(table, key=run.cell_order):
         r = table[key]
         base = _st(table, key[1], key[2])
         of_fp32, of_int8 = pct(run, r)
@@ -440,7 +438,7 @@ def markdown(run: Run) -> str:
             f"{_spread_text(r)} | {r.tokens_s:.0f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
             f"{_ratio(r.texts_s, base.texts_s if base else None)} | {of_fp32} | {of_int8} |"
         )
-    lines += served.lines(run)
+    lines += served.lines(run, table)
     notes = list(run.notes)
     if over := over_limit(run):
         notes.insert(

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from bench.records import Cell, Run
 
-Key = tuple[str, str, int, int]  # engine, length, batch, concurrency
+if TYPE_CHECKING:
+    from bench.report import Key, Row
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -22,8 +24,9 @@ def _median(xs: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def lines(run: Run) -> list[str]:
-    """The markdown section, or nothing where no served cell has the figures."""
+def lines(run: Run, table: dict[Key, Row]) -> list[str]:
+    """The markdown section, or nothing where no served cell has the figures. `table`: the
+    report's medians per cell (texts/s)."""
     by: dict[Key, list[Cell]] = defaultdict(list)
     for er in run.engines:
         for c in er.cells:
@@ -31,11 +34,6 @@ def lines(run: Run) -> list[str]:
                 by[(c.engine, c.length, c.batch, c.concurrency)].append(c)
     if not by:
         return []
-    inproc: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    for er in run.engines:
-        for c in er.cells:
-            if c.engine.startswith("runtime-") and c.seconds > 0:
-                inproc[(c.engine, c.length, c.batch)].append(c.texts / c.seconds)
     out = [
         "",
         "## Served cells: where the time goes",
@@ -55,17 +53,15 @@ def lines(run: Run) -> list[str]:
         "server cores | client cores |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    order = {e.engine: i for i, e in enumerate(run.engines)}
-    lens = list(run.workloads)
-    for key in sorted(by, key=lambda k: (order[k[0]], lens.index(k[1]), k[2], k[3])):
+    for key in sorted(by, key=run.cell_order):
         cells = by[key]
         engine, length, batch, conc = key
-        texts_s = statistics.median(c.texts / c.seconds for c in cells)
+        texts_s = table[key].texts_s
         busy = _median([c.model_busy for c in cells])
         forward = texts_s / busy if busy else None
         precision = engine.rsplit("-", 1)[-1]
-        alone = inproc.get((f"runtime-{precision}", length, batch))
-        alone_s = statistics.median(alone) if alone and engine.startswith("serve-") else None
+        alone = table.get((f"runtime-{precision}", length, batch, 1))
+        alone_s = alone.texts_s if alone and engine.startswith("serve-") else None
         out.append(
             f"| {engine} | {length} | {batch} | {conc} | {texts_s:.1f} | "
             f"{_fmt(busy, '{:.0%}')} | {_fmt(forward, '{:.1f}')} | {_fmt(alone_s, '{:.1f}')} | "

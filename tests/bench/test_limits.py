@@ -280,7 +280,7 @@ def test_runs_recorded_before_the_floor_still_load_and_report() -> None:
 def test_served_cells_say_where_the_time_went() -> None:
     """busy share, forward rate against the in-process engine, cores; n/a where a server has
     no busy counter; no section for a run without served cells."""
-    assert served.lines(_run("minilm")) == []
+    assert served.lines(_run("minilm"), report.rows(_run("minilm"))) == []
     serve = msgspec.structs.replace(
         _cell("serve-int8", "long", 32, 2.0, 220), concurrency=4, model_busy=0.8,
         server_cores=1.9, client_cores=0.05,
@@ -294,7 +294,7 @@ def test_served_cells_say_where_the_time_went() -> None:
         *run.engines, EngineRun(engine="serve-int8", repeat=0, cells=[serve]),
         EngineRun(engine="infinity-optimum", repeat=0, cells=[other]),
     ])  # fmt: skip
-    rows = [line for line in served.lines(run) if line.startswith("| serve-int8")
+    rows = [line for line in served.lines(run, report.rows(run)) if line.startswith("| serve-int8")
             or line.startswith("| infinity")]  # fmt: skip
     # 128 texts in 2 s = 64 texts/s; busy 80% -> forward rate 80; runtime-int8 in-process 128
     assert [c.strip() for c in rows[0].strip("|").split("|")] == [
