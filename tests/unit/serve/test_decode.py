@@ -13,6 +13,7 @@ from tei_serve.http.protocol import (
     EmbedRequest,
     RerankRequest,
     SimilarityRequest,
+    _bracket_depth,
     decode,
     parse_ids,
     parse_inputs,
@@ -66,6 +67,7 @@ def test_nesting_under_serde_jsons_limit_is_only_the_wrong_shape() -> None:
     # brackets inside strings are text, however they are escaped
     texts = b'{"inputs": ["' + b"[[[\\\\" * 200 + b'", "\\"[[[" ]}'
     assert decode(texts, EmbedRequest).inputs == ["[[[\\" * 200, '"[[[']
+    assert _bracket_depth(texts) == 2  # what gates the walk: the strings left out
 
 
 def test_duplicate_keys() -> None:
