@@ -494,7 +494,8 @@ def _build(
                         f"{path.name}: {int8.quantized} weight products "
                         "(MatMul, Attention) static int8, "
                         f"{len(int8.kept_fp32)} kept fp32 by measured sensitivity, "
-                        f"{int8.widened} activation ranges widened for the stress texts; "
+                        f"{int8.widened} activation ranges widened for the stress texts, "
+                        f"{int8.split_channels} outlier channels multiplied in fp32; "
                         f"calibration texts' min cosine against fp32 "
                         f"{int8.calibration_min_cosine:.4f}"
                     )

@@ -68,6 +68,8 @@ class Int8Result(msgspec.Struct, frozen=True, kw_only=True):
     texts."""
     widened: int
     """Activations whose range was widened to cover the stress texts (quantize.calibrate)."""
+    split_channels: int
+    """Outlier channels multiplied in fp32 beside their integer GEMMs (quantize.calibrate)."""
 
 
 def _feed(plan: ExportPlan, ids: IntArray, type_ids: IntArray) -> dict[str, IntArray]:
@@ -191,4 +193,5 @@ def to_int8(
     return Int8Result(
         quantized=len(sites) - len(kept), kept_fp32=kept, calibration_min_cosine=reached,
         widened=len(calib.widened),
+        split_channels=quantize.split_channels(calib.plans, sites, kept),
     )

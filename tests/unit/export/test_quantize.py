@@ -16,15 +16,18 @@ from tei_export import quantize as q
 HIDDEN, WIDE = 16, 48
 
 
-def _graph(seed: int = 0, outlier: float = 1.0) -> onnx.ModelProto:
+def _graph(seed: int = 0, outlier: float = 1.0, hidden_outlier: float = 1.0) -> onnx.ModelProto:
     """x [b, s, 16] -> MatMul W1 [16, 48] -> Relu -> MatMul W2 [48, 16] -> Add x -> y.
-    Channel 3 of x is scaled by `outlier` inside the graph (a transformer's wide channel)."""
+    Channel 3 of x is scaled by `outlier` inside the graph (a transformer's wide channel),
+    channel 5 of the Relu's output by `hidden_outlier` (W1's column 5)."""
     rng = np.random.default_rng(seed)
     gain = np.ones(HIDDEN, np.float32)
     gain[3] = outlier
+    w1 = rng.normal(size=(HIDDEN, WIDE)).astype(np.float32) / 4
+    w1[:, 5] *= hidden_outlier
     inits = [
         numpy_helper.from_array(gain, "gain"),
-        numpy_helper.from_array(rng.normal(size=(HIDDEN, WIDE)).astype(np.float32) / 4, "w1"),
+        numpy_helper.from_array(w1, "w1"),
         numpy_helper.from_array(rng.normal(size=(WIDE, HIDDEN)).astype(np.float32) / 7, "w2"),
         numpy_helper.from_array(rng.normal(size=(HIDDEN,)).astype(np.float32), "bias"),
     ]
@@ -58,8 +61,10 @@ def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return np.asarray(session.run(["out"], {"x": x})[0])
 
 
-def _calibrated(tmp_path: Path, outlier: float = 1.0) -> tuple[onnx.ModelProto, q.Calibration]:
-    model = _graph(outlier=outlier)
+def _calibrated(
+    tmp_path: Path, outlier: float = 1.0, hidden_outlier: float = 1.0
+) -> tuple[onnx.ModelProto, q.Calibration]:
+    model = _graph(outlier=outlier, hidden_outlier=hidden_outlier)
     onnx.save(model, str(tmp_path / "g.onnx"))
     sites = q.matmul_sites(model)
     return model, q.calibrate(tmp_path / "g.onnx", sites, _feeds())
@@ -260,3 +265,54 @@ def test_an_attention_with_inputs_qattention_lacks_is_not_a_site() -> None:
     model = _attention_graph()
     model.graph.node[0].attribute.append(helper.make_attribute("qkv_hidden_sizes", [16, 16, 16]))
     assert q.matmul_sites(model) == []
+
+
+def test_outlier_channels_are_the_few_far_wider_than_the_median() -> None:
+    high = np.ones(64, np.float32)
+    high[[40, 7]] = [9.0, 30.0]
+    high[12] = 5.0  # wide, but not 6x the median
+    stats = q.ChannelStats(low=-high / 2, high=high)
+    np.testing.assert_array_equal(q.outlier_channels(stats), [7, 40])
+    wide_half = np.r_[np.full(20, 50.0), np.ones(44)].astype(np.float32)
+    many = q.ChannelStats(low=np.zeros(64, np.float32), high=wide_half)
+    picked = q.outlier_channels(many)
+    assert len(picked) == q.MAX_OUTLIERS and list(picked) == sorted(picked)
+    narrow = q.ChannelStats(low=np.zeros(16, np.float32), high=high[:16])
+    assert q.outlier_channels(narrow).size == 0  # too few channels for a median to mean much
+
+
+def test_an_outlier_channel_is_split_off_into_an_fp32_side_product(tmp_path: Path) -> None:
+    """One Relu output channel 40x wider than the rest: one u8 range for all of them would
+    leave the rest a few levels, so the down-projection reads it in fp32 beside its integer
+    GEMM; the result is far closer to fp32 than without the split, and still per row."""
+    model, calib = _calibrated(tmp_path, hidden_outlier=40.0)
+    plan = calib.plans["hr"]
+    np.testing.assert_array_equal(plan.outliers, [5])
+    assert calib.plans["xg"].outliers.size == 0  # 16 channels: never split
+    sites = q.matmul_sites(model)
+    int8 = q.to_qdq(model, sites, calib.plans)
+    ops = [n.op_type for n in int8.graph.node]
+    assert ops.count("Gather") == 1 and ops.count("Add") == 3  # two of the graph's own
+    side = {t.name: numpy_helper.to_array(t) for t in int8.graph.initializer}
+    w2 = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w2"))
+    np.testing.assert_array_equal(side["down_qdq_w_outliers"], w2[[5]])
+    assert not side["down_qdq_w_s8"][5].any()  # its int8 row adds nothing
+    assert q.split_channels(calib.plans, sites, []) == 1
+    assert q.split_channels(calib.plans, sites, ["down"]) == 0
+
+    x = _feeds(1, seed=9)[0]["x"]
+    exact = _run(model, x)
+    assert _cosine(_run(int8, x), exact) > 0.999
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(q, "SPLIT_GAIN", 0.0)  # a split would have to remove every error
+        _, whole = _calibrated(tmp_path, hidden_outlier=40.0)
+    assert whole.plans["hr"].outliers.size == 0
+    assert calib.errors["down"] < whole.errors["down"] / 4
+    unsplit = q.to_qdq(model, sites, whole.plans)
+    # the up-projection's error and the residual are the same in both
+    assert 1 - _cosine(_run(int8, x), exact) < (1 - _cosine(_run(unsplit, x), exact)) / 1.5
+
+    rng = np.random.default_rng(6)
+    alone = rng.normal(size=(1, 6, HIDDEN)).astype(np.float32)
+    batch = np.concatenate([rng.normal(size=(2, 6, HIDDEN)).astype(np.float32) * 5, alone])
+    assert np.abs(_run(int8, batch)[2] - _run(int8, alone)[0]).max() <= 1e-6
