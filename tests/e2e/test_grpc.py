@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -636,6 +637,44 @@ def test_a_unary_call_closed_without_its_message_is_answered_at_once(
     call = r.channel.stream_unary("/tei.v1.Embed/Embed")
     code, text = _code(lambda: call(iter([]), timeout=20))
     assert (code, text) == (grpc.StatusCode.UNAUTHENTICATED, "No valid auth token")
+
+
+def test_frequent_keepalive_pings_keep_an_idle_stream_open(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """A client pinging every second with nothing to send (grpc-go's and Envoy's keepalives
+    do this at 10-30 s) keeps its stream: grpc-core's default ping policy would GOAWAY it
+    after a few pings ("too_many_pings"), failing the open call."""
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    channel = grpc.insecure_channel(r.target, options=[
+        ("grpc.keepalive_time_ms", 1000), ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ])  # fmt: skip
+    sent: queue.Queue[Any] = queue.Queue()
+    answers = stubs.EmbedStub(channel).EmbedStream(iter(sent.get, None), timeout=30)
+    try:
+        sent.put(pb.EmbedRequest(inputs="a cat"))
+        assert len(next(answers).embeddings) == 16
+        time.sleep(10)  # grpc-core's default policy ended the call after ~8 s of this
+        sent.put(pb.EmbedRequest(inputs="a dog"))
+        assert len(next(answers).embeddings) == 16
+    finally:
+        sent.put(None)
+        channel.close()
+
+
+def test_large_request_metadata_is_accepted(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """Request metadata of 64 KiB (a large JWT, tracing baggage) is read, as TEI reads it;
+    grpc-core's default refuses past 8 KiB."""
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    stub = stubs.EmbedStub(r.channel)
+    for _ in range(3):
+        got = stub.Embed(pb.EmbedRequest(inputs="a cat"), metadata=[("x-big", "a" * 65536)])
+        assert len(got.embeddings) == 16
 
 
 def test_unary_rerank_waits_for_permits_as_teis_does(

@@ -103,6 +103,9 @@ class ModelHealth(health.aio.HealthServicer):
         return await super().Check(request, context)
 
 
+METADATA_LIMIT = 1 << 20
+
+
 class GrpcServer:
     """The running gRPC front-end of the served models: start, serve, stop."""
 
@@ -135,6 +138,16 @@ class GrpcServer:
                 # grpc sets SO_REUSEPORT by default: a second server would share a taken port
                 # silently instead of failing to start.
                 ("grpc.so_reuseport", 0),
+                # Keepalive pings are answered however often they come, as tonic (hyper's h2)
+                # answers them: grpc-core's default would GOAWAY a client pinging more than
+                # once in 5 minutes without data (grpc-go, Java and Envoy keepalives of 10-30
+                # s), failing every call open on its connection.
+                ("grpc.http2.max_ping_strikes", 0),
+                ("grpc.keepalive_permit_without_calls", 1),
+                # Request metadata up to 1 MiB (grpc-core refuses past 8 KiB at random and past
+                # 16 KiB always; large JWTs or tracing baggage pass TEI's 16 MiB header list).
+                ("grpc.max_metadata_size", METADATA_LIMIT),
+                ("grpc.absolute_max_metadata_size", METADATA_LIMIT),
             ],
         )
         for service, handlers in self.services.handlers().items():
