@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from bench.config import Sizes, dtype_of, graph_of
+from bench.host_probe import HostProbe
 from bench.measure import run_cell
 from bench.procs import peak_rss_mb
 from bench.records import Cell, EngineRun, Model
@@ -37,6 +38,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     cells: list[tuple[str, int]]  # (length, batch)
     vectors_out: str  # .npy of the mixed pool's vectors, for the cosine check; "" for none
     fastembed_dir: str = ""  # fastembed's model folder (fastembed_dir.py)
+    probe_model: str = ""  # bench/host_probe.py's graph, run after each cell; "" for none
+    threads: int = 0  # the probe's onnxruntime threads
 
 
 Embed = Callable[[list[str], int], np.ndarray]
@@ -81,6 +84,7 @@ def run(job: Job) -> EngineRun:
     embed, variant = _load(job)
     embed(["cold start"], 1)
     cold = time.time() - job.spawned_at
+    probe = HostProbe(Path(job.probe_model), job.threads) if job.probe_model else None
     cells: list[Cell] = []
     for length, batch in job.cells:
 
@@ -98,6 +102,7 @@ def run(job: Job) -> EngineRun:
                 repeat=job.repeat,
                 sizes=job.sizes,
                 model=job.model,
+                probe=probe,
             )
         )
     if job.vectors_out:

@@ -45,11 +45,12 @@ def run_cell(
     sizes: Sizes,
     model: Model,
     usage: Callable[[], Usage] | None = None,
+    probe: Callable[[], float] | None = None,
 ) -> Cell:
     """`concurrency` threads issue calls; each call's latency is measured around `call`.
     With `usage` (a server's), the cell also says where the timed part's time went: the
     share of it the model ran forwards, and the cores the server and this process's client
-    threads used."""
+    threads used. With `probe` (bench/host_probe.py), the host's speed right after it."""
     warm, warm_tokens = chunk(pool, 0, batch)
     if sum(warm_tokens) > sizes.warm_token_cap:
         warm = warm[:1]  # a minutes-long batch is not run twice; its arena growth is noise
@@ -97,6 +98,7 @@ def run_cell(
     after = usage() if usage else None
     if errors:
         raise errors[0]
+    host = probe() if probe else None
     busy = server = client = None
     if before is not None and after is not None:
         server, client = (after.cpu_s - before.cpu_s) / seconds, client_cpu / seconds
@@ -118,4 +120,5 @@ def run_cell(
         model_busy=busy,
         server_cores=server,
         client_cores=client,
+        host_int8_gops=host,
     )

@@ -23,6 +23,7 @@ class Cell(msgspec.Struct, frozen=True, kw_only=True):
     model_busy: float | None = None  # share of the wall time the server's model ran forwards
     server_cores: float | None = None  # the server process's CPU seconds per wall second
     client_cores: float | None = None  # the bench's client threads', the same way
+    host_int8_gops: float | None = None  # bench/host_probe.py's rate right after the cell
 
 
 class EngineRun(msgspec.Struct, frozen=True, kw_only=True):

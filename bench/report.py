@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from bench import graph_choice, served
+from bench import graph_choice, host_speed, served
 from bench.limits import fp32_limit, fraction, limit_line, limit_of
 from bench.records import EngineRun, Floor, Run
 
@@ -439,6 +439,7 @@ def markdown(run: Run) -> str:
             f"{_ratio(r.texts_s, base.texts_s if base else None)} | {of_fp32} | {of_int8} |"
         )
     lines += served.lines(run, table)
+    lines += host_speed.lines(run)
     notes = list(run.notes)
     if over := over_limit(run):
         notes.insert(

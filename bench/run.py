@@ -23,9 +23,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench import fastembed_dir, report, servers
+from bench import fastembed_dir, host_probe, report, servers
 from bench.config import BIG, BIG_QUICK, FULL, QUICK, Sizes, engines, is_grpc, is_http
 from bench.flops import Measured, measure_peak, model_shape
+from bench.host_probe import HostProbe
 from bench.http_client import HttpError, vectors
 from bench.inproc import Job
 from bench.measure import chunk, run_cell
@@ -207,6 +208,9 @@ class Ctx(msgspec.Struct, kw_only=True):
     fastembed_dir: Path | None = None
     fastembed_error: str | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    threads: int = 0
+    probe_model: Path | None = None  # bench/host_probe.py's graph
+    probe: HostProbe | None = None  # this process's, for the HTTP engines' cells
 
 
 def _inproc(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
@@ -223,6 +227,8 @@ def _inproc(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
         cells=[(length, b) for length, b, _ in _cells(engine, ctx.sizes, ctx.pools, ctx.timed)],
         vectors_out=str(ctx.work / f"{engine}.npy") if repeat == 0 else "",
         fastembed_dir=str(ctx.fastembed_dir or ""),
+        probe_model=str(ctx.probe_model or ""),
+        threads=ctx.threads,
     )
     python = sys.executable
     if engine == "fastembed":
@@ -257,7 +263,7 @@ def _http(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
                 cells.append(run_cell(
                     srv.client.post, ctx.pools[length], engine=engine, length=length,
                     batch=batch, concurrency=conc, repeat=repeat, sizes=ctx.sizes,
-                    model=ctx.model, usage=srv.usage,
+                    model=ctx.model, usage=srv.usage, probe=ctx.probe,
                 ))  # fmt: skip
             except (OSError, HttpError) as e:
                 ctx.notes.append(f"{engine} {length} b{batch} c{conc} r{repeat}: {e}")
@@ -422,7 +428,10 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
     with tempfile.TemporaryDirectory(prefix="tei-bench-") as tmp:
         ctx = Ctx(sizes=sizes, model=model, pools=pools, timed=timed, checkpoint=checkpoint,
                   artifact=artifact, cache=opts.cache, device=opts.device,
-                  work=Path(tmp))  # fmt: skip
+                  work=Path(tmp), threads=opts.threads)  # fmt: skip
+        if opts.device == "cpu":
+            ctx.probe_model = host_probe.write_model(ctx.work / "host_probe.onnx")
+            ctx.probe = HostProbe(ctx.probe_model, opts.threads)
         if any(e.startswith("infinity-") for e in chosen):
             try:
                 ctx.infinity_dir = servers.infinity_model_dir(checkpoint, opts.cache)

@@ -89,6 +89,9 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
             if served:
                 assert c.model_busy is not None and 0 < c.model_busy <= 1.05
     assert "## Served cells: where the time goes" in md
+    # every cell, in-process or served, is followed by the host probe
+    assert all(c.host_int8_gops and c.host_int8_gops > 0 for e in run.engines for c in e.cells)
+    assert "## Host speed beside each cell" in md
     assert "fp32 GEMM" in md and "avx512f" in md  # the host's limits and ISA in every table
     # the batch-1 floor, at the short texts' row count, with MiniLM's 6 x 1.77 M weights
     assert run.weight_floor is not None

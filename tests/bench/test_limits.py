@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from bench import graph_choice, report, served
+from bench import graph_choice, host_speed, report, served
 from bench.config import BIG, engines, graph_of
 from bench.flops import flops_per_token, model_shape
 from bench.limits import fraction, limit_line, limit_of
@@ -318,3 +318,43 @@ def test_a_cell_with_usage_measures_the_server_between_its_timed_calls() -> None
     assert cell.model_busy == pytest.approx(0.5 / cell.seconds)
     assert cell.server_cores == pytest.approx(1.5 / cell.seconds)
     assert cell.client_cores is not None and cell.client_cores >= 0
+
+
+def test_host_speed_marks_the_repeats_that_ran_while_the_host_was_slow() -> None:
+    """Each repeat's texts/s beside the probe's reading after it, as a share of the run's
+    fastest reading; under SLOW_HOST it is marked; no section where no cell was probed."""
+    run = _run("minilm")
+    assert host_speed.lines(run) == []
+    probed = [
+        msgspec.structs.replace(_cell("serve-int8", "long", 32, seconds, 220), repeat=r,
+                                host_int8_gops=gops)
+        for r, (seconds, gops) in enumerate([(1.0, 700.0), (1.5, 455.0), (1.0, 690.0)])
+    ]  # fmt: skip
+    run = msgspec.structs.replace(run, engines=[
+        *run.engines, *(EngineRun(engine="serve-int8", repeat=c.repeat, cells=[c])
+                        for c in probed)])  # fmt: skip
+    section = host_speed.lines(run)
+    row = next(line for line in section if line.startswith("| serve-int8"))
+    # 128 texts in 1.0 / 1.5 / 1.0 s; 455 of 700 GOP/s is 65%, under 85%
+    assert [c.strip() for c in row.strip("|").split("|")] == [
+        "serve-int8", "long", "32", "1", "128.0 / 85.3 / 128.0", "100% / 65%* / 99%"]
+    assert any("(700 GOP/s)" in line and "1 of 3 cell repeats" in line for line in section)
+    assert "## Host speed beside each cell" in report.markdown(run)
+
+
+def test_a_cell_with_a_probe_reads_the_host_after_its_timed_calls(tmp_path: Path) -> None:
+    from bench.config import QUICK
+    from bench.host_probe import HostProbe, write_model
+    from bench.measure import run_cell
+    from bench.texts import Pool
+
+    calls: list[str] = []
+    sizes = msgspec.structs.replace(QUICK, min_calls=2, min_seconds=0.0, max_seconds=5.0)
+    cell = run_cell(lambda texts: calls.append("call"), Pool(texts=["a"], tokens=[3]),
+                    engine="runtime-int8", length="short", batch=1, concurrency=1, repeat=0,
+                    sizes=sizes, model=_run("minilm").model,
+                    probe=lambda: calls.append("probe") or 512.0)  # fmt: skip
+    assert cell.host_int8_gops == 512.0
+    assert calls[-1] == "probe" and calls.count("probe") == 1
+    gops = HostProbe(write_model(tmp_path / "probe.onnx"), threads=1)()
+    assert gops > 1.0  # a real GEMM rate; how high is the host's business

@@ -1,0 +1,71 @@
+"""How fast the host runs one fixed int8 GEMM right now, measured beside every cell.
+
+Some hosts change speed under a run: a KVM guest on AMD EPYC here ran the same int8 graph at
+274-304 ms per batch for 20 s, then 404-485 ms for 18 s, nothing else running, and fp32 ~10%
+slower in the same phases (2026-12-07). A repeat that lands in a slow phase drags its cell's
+median and reads as a gap between engines. Each cell is followed by this probe (onnxruntime's
+MatMulInteger, u8 x s8, a MiniLM-sized FFN product, for PROBE_SECONDS), and the report sets
+each cell's probe against the run's fastest: a cell whose probe reads well under it ran while
+the host was slow, whatever the engine did.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+# rows x inner x columns: 512 tokens through a 384 -> 1536 product (~1 ms on 2 cores).
+PROBE_SHAPE = (512, 384, 1536)
+PROBE_SECONDS = 0.2
+PROBE_MIN_CALLS = 10
+# A cell whose probe read under this share of the run's fastest ran in a slow phase.
+SLOW_HOST = 0.85
+
+
+def write_model(path: Path) -> Path:
+    """The probe's graph (needs `onnx`, which the bench's own environment has; the engines'
+    worker processes only load the file, so fastembed's venv needs no onnx)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    m, k, n = PROBE_SHAPE
+    weight = np.random.default_rng(0).integers(-127, 127, (k, n), dtype=np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+        "host_probe",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])],
+        [numpy_helper.from_array(weight, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+class HostProbe:
+    """Call it for the probe's rate now, GOP/s (the median call over PROBE_SECONDS)."""
+
+    def __init__(self, model: Path, threads: int) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        # Spinning workers would hold the cores after the probe, into the next cell.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(str(model), options,
+                                             providers=["CPUExecutionProvider"])  # fmt: skip
+        m, k, _ = PROBE_SHAPE
+        self._feed = {"a": np.random.default_rng(1).integers(0, 255, (m, k), dtype=np.uint8)}
+        self._session.run(None, self._feed)  # warm: the thread pool, first allocations
+
+    def __call__(self) -> float:
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < PROBE_MIN_CALLS or time.perf_counter() - start < PROBE_SECONDS:
+            t = time.perf_counter()
+            self._session.run(None, self._feed)
+            times.append(time.perf_counter() - t)
+        m, k, n = PROBE_SHAPE
+        return 2.0 * m * k * n / statistics.median(times) / 1e9

@@ -1,0 +1,49 @@
+"""The report's "Host speed beside each cell" section: each repeat's texts/s beside the host
+probe's reading right after it (bench/host_probe.py), as a share of the run's fastest probe,
+so a repeat that ran in a slow phase of the host shows as one, not as an engine's loss."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from bench.host_probe import SLOW_HOST
+from bench.records import Cell, Run
+
+
+def lines(run: Run) -> list[str]:
+    """The markdown section, or nothing where no cell has a probe reading (older runs, GPU)."""
+    by: dict[tuple[str, str, int, int], list[Cell]] = defaultdict(list)
+    for er in run.engines:
+        for c in er.cells:
+            if c.host_int8_gops is not None and c.seconds > 0:
+                by[(c.engine, c.length, c.batch, c.concurrency)].append(c)
+    if not by:
+        return []
+    fastest = max(c.host_int8_gops or 0.0 for cells in by.values() for c in cells)
+    slow = sum(1 for cells in by.values() for c in cells
+               if (c.host_int8_gops or 0.0) < SLOW_HOST * fastest)  # fmt: skip
+    total = sum(len(cells) for cells in by.values())
+    out = [
+        "",
+        "## Host speed beside each cell",
+        "",
+        f"host = an int8 GEMM probe's rate right after the cell (onnxruntime MatMulInteger "
+        f"512 x 384 x 1536, 0.2 s) over the fastest reading in this run ({fastest:.0f} GOP/s); "
+        f"* marks a reading under {SLOW_HOST:.0%}: that repeat ran while the host was slow, "
+        f"and its texts/s says so rather than anything about the engine. {slow} of {total} "
+        "cell repeats were marked.",
+        "",
+        "| engine | length | batch | conc | texts/s per repeat | host per repeat |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for key in sorted(by, key=run.cell_order):
+        cells = sorted(by[key], key=lambda c: c.repeat)
+        rates = " / ".join(f"{c.texts / c.seconds:.1f}" for c in cells)
+        shares = " / ".join(_share(c.host_int8_gops or 0.0, fastest) for c in cells)
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {rates} | {shares} |")
+    return out
+
+
+def _share(gops: float, fastest: float) -> str:
+    share = gops / fastest
+    return f"{share:.0%}" + ("*" if share < SLOW_HOST else "")
