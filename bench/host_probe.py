@@ -12,6 +12,8 @@ the host was slow, whatever the engine did.
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -69,3 +71,53 @@ class HostProbe:
             times.append(time.perf_counter() - t)
         m, k, n = PROBE_SHAPE
         return 2.0 * m * k * n / statistics.median(times) / 1e9
+
+
+class ProbeProcess:
+    """The probe in a child process of its own, for the in-process engines' workers: their
+    peak RSS is the engine's (the child is closed before it is read), and a worker whose
+    engine never loads onnxruntime (sentence-transformers) does not load it for the probe.
+    Call it for a reading; close it when the cells are done."""
+
+    def __init__(self, model: Path, threads: int) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.host_probe", str(model), str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+        self._read()  # "ready": the session is built and warm
+
+    def _read(self) -> str:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"host probe process ended (exit {self._proc.wait()})")
+        return line.strip()
+
+    def __call__(self) -> float:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write("probe\n")
+        self._proc.stdin.flush()
+        return float(self._read())
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def main(argv: list[str]) -> int:
+    """`python -m bench.host_probe MODEL THREADS`: "ready", then one reading per input line."""
+    probe = HostProbe(Path(argv[0]), int(argv[1]))
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        print(f"{probe():.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -18,7 +18,7 @@ import msgspec
 import numpy as np
 
 from bench.config import Sizes, dtype_of, graph_of
-from bench.host_probe import HostProbe
+from bench.host_probe import ProbeProcess
 from bench.measure import run_cell
 from bench.procs import peak_rss_mb
 from bench.records import Cell, EngineRun, Model
@@ -84,7 +84,7 @@ def run(job: Job) -> EngineRun:
     embed, variant = _load(job)
     embed(["cold start"], 1)
     cold = time.time() - job.spawned_at
-    probe = HostProbe(Path(job.probe_model), job.threads) if job.probe_model else None
+    probe = ProbeProcess(Path(job.probe_model), job.threads) if job.probe_model else None
     cells: list[Cell] = []
     for length, batch in job.cells:
 
@@ -105,6 +105,8 @@ def run(job: Job) -> EngineRun:
                 probe=probe,
             )
         )
+    if probe is not None:
+        probe.close()  # before the peak RSS, which counts live child processes
     if job.vectors_out:
         pool = job.pools["mixed"]
         texts = pool.texts[: job.sizes.cosine_texts or len(pool.texts)]

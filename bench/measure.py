@@ -98,7 +98,12 @@ def run_cell(
     after = usage() if usage else None
     if errors:
         raise errors[0]
-    host = probe() if probe else None
+    host = None
+    if probe is not None:
+        try:
+            host = probe()
+        except Exception:  # a probe that fails leaves the cell unprobed, not lost
+            host = None
     busy = server = client = None
     if before is not None and after is not None:
         server, client = (after.cpu_s - before.cpu_s) / seconds, client_cpu / seconds

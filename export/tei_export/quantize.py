@@ -71,6 +71,7 @@ class ActivationQuant(msgspec.Struct, frozen=True, kw_only=True):
 
 IndexArray = npt.NDArray[np.intp]
 NO_CHANNELS: IndexArray = np.zeros(0, np.intp)
+NO_CHANNELS.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -345,7 +346,8 @@ def calibrate(
     counting their error on the calibration rows and on the stress rows alike, so a range
     widens where clipping the stress inputs costs more than the coarser step costs prose
     (attention outputs), and stays where it does not; outlier channels are split off
-    (outlier_channels) where that cuts the readers' error by SPLIT_GAIN. The second: each
+    (outlier_channels) where that brings the readers' error to SPLIT_GAIN of the best
+    unsplit choice's or less. The second: each
     MatMul's local error over every calibration row, with the chosen quantization."""
     activations = sorted({s.activation for s in sites})
     runner = _Runner(src, activations)
@@ -502,6 +504,8 @@ def to_qdq(
             numpy_helper.from_array(np.zeros(scales.shape, np.int8), w_zp),
         ]
         if site.attention:
+            if plan.outliers.size:  # QAttention reads the u8 codes alone: they would be lost
+                raise ValueError(f"{act}: a fused Attention's input cannot split channels off")
             nodes.append(
                 _qattention(node, quantized_act[act], (scale, zp), (w_codes, w_scale, w_zp))
             )

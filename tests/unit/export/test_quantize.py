@@ -3,6 +3,7 @@ QDQ rewrite, batch invariance through onnxruntime, smoothing, and the fp32-keepi
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -195,13 +196,14 @@ def test_stress_inputs_widen_the_ranges_that_clip_them(tmp_path: Path) -> None:
     assert _cosine(_run(q.to_qdq(model, sites, wide.plans), normal), _run(model, normal)) > 0.99
 
 
-def _attention_graph(seed: int = 0) -> onnx.ModelProto:
-    """x [b, s, 16] and a [b] key length -> fused Attention (2 heads, Q/K/V weight
-    [16, 48]) -> out: the op onnxruntime's BERT fusion writes."""
+def _attention_graph(seed: int = 0, hidden: int = HIDDEN) -> onnx.ModelProto:
+    """x [b, s, hidden] and a [b] key length -> fused Attention (2 heads, Q/K/V weight
+    [hidden, 3 x hidden]) -> out: the op onnxruntime's BERT fusion writes."""
     rng = np.random.default_rng(seed)
+    qkv = rng.normal(size=(hidden, 3 * hidden)).astype(np.float32) / 3
     inits = [
-        numpy_helper.from_array(rng.normal(size=(HIDDEN, WIDE)).astype(np.float32) / 3, "qkv"),
-        numpy_helper.from_array(rng.normal(size=(WIDE,)).astype(np.float32) / 5, "qkv_bias"),
+        numpy_helper.from_array(qkv, "qkv"),
+        numpy_helper.from_array(rng.normal(size=(3 * hidden,)).astype(np.float32) / 5, "qkv_bias"),
     ]
     node = helper.make_node(
         "Attention", ["x", "qkv", "qkv_bias", "lengths"], ["out"], name="attention",
@@ -210,10 +212,10 @@ def _attention_graph(seed: int = 0) -> onnx.ModelProto:
     graph = helper.make_graph(
         [node], "g",
         [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", HIDDEN]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", hidden]),
             helper.make_tensor_value_info("lengths", TensorProto.INT32, ["b"]),
         ],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["b", "s", HIDDEN])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["b", "s", hidden])],
         inits,
     )  # fmt: skip
     return helper.make_model(
@@ -273,10 +275,10 @@ def test_outlier_channels_are_the_few_far_wider_than_the_median() -> None:
     high[12] = 5.0  # wide, but not 6x the median
     stats = q.ChannelStats(low=-high / 2, high=high)
     np.testing.assert_array_equal(q.outlier_channels(stats), [7, 40])
-    wide_half = np.r_[np.full(20, 50.0), np.ones(44)].astype(np.float32)
-    many = q.ChannelStats(low=np.zeros(64, np.float32), high=wide_half)
-    picked = q.outlier_channels(many)
-    assert len(picked) == q.MAX_OUTLIERS and list(picked) == sorted(picked)
+    graded = np.ones(64, np.float32)
+    graded[:20] = np.arange(20, 40)  # 20 outliers, the widest last
+    many = q.ChannelStats(low=np.zeros(64, np.float32), high=graded)
+    np.testing.assert_array_equal(q.outlier_channels(many), np.arange(12, 20))  # widest 8
     narrow = q.ChannelStats(low=np.zeros(16, np.float32), high=high[:16])
     assert q.outlier_channels(narrow).size == 0  # too few channels for a median to mean much
 
@@ -316,3 +318,28 @@ def test_an_outlier_channel_is_split_off_into_an_fp32_side_product(tmp_path: Pat
     alone = rng.normal(size=(1, 6, HIDDEN)).astype(np.float32)
     batch = np.concatenate([rng.normal(size=(2, 6, HIDDEN)).astype(np.float32) * 5, alone])
     assert np.abs(_run(int8, batch)[2] - _run(int8, alone)[0]).max() <= 1e-6
+
+
+def test_a_fused_attention_input_is_never_split(tmp_path: Path) -> None:
+    """QAttention reads the u8 codes and nothing beside them, so an outlier channel of its
+    input stays in the range (smoothing may still spread it), and a plan that splits one
+    there is refused rather than written with those channels silently dropped."""
+    hidden = 64
+    model = _attention_graph(hidden=hidden)
+    onnx.save(model, str(tmp_path / "a.onnx"))
+    sites = q.matmul_sites(model)
+    rng = np.random.default_rng(4)
+    feeds = []
+    for _ in range(8):
+        length = int(rng.integers(3, 12))
+        x = rng.normal(size=(1, length, hidden)).astype(np.float32)
+        x[..., 5] *= 40  # one channel 40x the rest: a MatMul reading it would split it
+        feeds.append({"x": x, "lengths": np.array([length], np.int32)})
+    flat = np.concatenate([f["x"].reshape(-1, hidden) for f in feeds])
+    assert q.outlier_channels(q.ChannelStats(low=flat.min(0), high=flat.max(0))).size == 1
+    calib = q.calibrate(tmp_path / "a.onnx", sites, feeds)
+    assert calib.plans["x"].outliers.size == 0
+    assert q.split_channels(calib.plans, sites, []) == 0
+    forced = dataclasses.replace(calib.plans["x"], outliers=np.array([5], np.intp))
+    with pytest.raises(ValueError, match="cannot split"):
+        q.to_qdq(model, sites, {"x": forced})
