@@ -6,13 +6,30 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 
 from bench.host_probe import SLOW_HOST
 from bench.records import Cell, Run
 
 
-def lines(run: Run) -> list[str]:
-    """The markdown section, or nothing where no cell has a probe reading (older runs, GPU)."""
+def _fastest(run: Run) -> float | None:
+    readings = [c.host_int8_gops for er in run.engines for c in er.cells if c.host_int8_gops]
+    return max(readings) if readings else None
+
+
+def full_speed(run: Run) -> Callable[[Cell], bool] | None:
+    """Whether a cell ran at the host's full speed (its probe unmarked); None where the run
+    has no probe readings."""
+    fastest = _fastest(run)
+    if fastest is None:
+        return None
+    bar = SLOW_HOST * fastest
+    return lambda c: c.host_int8_gops is not None and c.host_int8_gops >= bar
+
+
+def lines(run: Run, at_full_speed: Sequence[tuple[str, str, str]] = ()) -> list[str]:
+    """The markdown section, or nothing where no cell has a probe reading (older runs, GPU).
+    `at_full_speed`: the report's targets over the unmarked repeats only."""
     by: dict[tuple[str, str, int, int], list[Cell]] = defaultdict(list)
     for er in run.engines:
         for c in er.cells:
@@ -48,6 +65,16 @@ def lines(run: Run) -> list[str]:
         unmarked = f"{statistics.median(full):.1f}" if full else "n/a"
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {rates} | {shares} | "
                    f"{unmarked} |")  # fmt: skip
+    if at_full_speed:
+        out += [
+            "",
+            "Targets over the unmarked repeats only (a cell with none is not measured here): "
+            "the same ratios with every cell at the host's full speed.",
+            "",
+            "| target | measured | |",
+            "| --- | --- | --- |",
+            *(f"| {a} | {b} | {c} |" for a, b, c in at_full_speed),
+        ]
     return out
 
 

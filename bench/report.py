@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import msgspec
 
 from bench import graph_choice, host_speed, served
 from bench.limits import fp32_limit, fraction, limit_line, limit_of
-from bench.records import EngineRun, Floor, Run
+from bench.records import Cell, EngineRun, Floor, Run
 
 Key = tuple[str, str, int, int]  # engine, length, batch, concurrency
 
@@ -46,11 +47,12 @@ def _spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / m if m else 0.0
 
 
-def rows(run: Run) -> dict[Key, Row]:
+def rows(run: Run, keep: Callable[[Cell], bool] | None = None) -> dict[Key, Row]:
+    """Each cell's medians over its repeats (those `keep` keeps, where given)."""
     by: dict[Key, list[tuple[float, float, float, float, float]]] = defaultdict(list)
     for er in run.engines:
         for c in er.cells:
-            if c.seconds <= 0:
+            if c.seconds <= 0 or (keep is not None and not keep(c)):
                 continue
             by[(c.engine, c.length, c.batch, c.concurrency)].append(
                 (c.texts / c.seconds, c.tokens / c.seconds, c.p50_ms, c.p99_ms,
@@ -439,7 +441,9 @@ def markdown(run: Run) -> str:
             f"{_ratio(r.texts_s, base.texts_s if base else None)} | {of_fp32} | {of_int8} |"
         )
     lines += served.lines(run, table)
-    lines += host_speed.lines(run)
+    full_speed = host_speed.full_speed(run)
+    at_full_speed = targets(run, rows(run, full_speed)) if full_speed else []
+    lines += host_speed.lines(run, at_full_speed)
     notes = list(run.notes)
     if over := over_limit(run):
         notes.insert(
