@@ -48,7 +48,7 @@ def test_bert_has_the_masked_lm_head_for_splade() -> None:
 def test_plain_graph_classes_per_precision() -> None:
     plain = find_card("bert", "BertModel").fusion.plain_graph_cpus
     assert plain.for_precision(Precision.FP32) == [CpuClass.AVX2]
-    assert plain.for_precision(Precision.INT8) == [CpuClass.AVX2, CpuClass.AVX512]
+    assert plain.for_precision(Precision.INT8) == [CpuClass.AVX2]
     assert plain.for_precision(Precision.FP16) == []  # GPUs keep the fused graph
     with pytest.raises(msgspec.ValidationError, match="int8 classes need fp32 classes"):
         msgspec.convert({"int8": ["avx512"]}, PlainGraphCpus)
