@@ -87,9 +87,9 @@ def fp32_gemm_gflops(n: int, repeats: int = 5) -> float:
     return _best_rate(lambda: a @ b, 2.0 * n**3, repeats)
 
 
-def int8_gemm_gops(n: int, threads: int, repeats: int = 5, *, signed_b: bool = True) -> float:
-    """onnxruntime's MatMulInteger, u8 x s8 (signed_b) or u8 x u8; needs `onnx`."""
-    import onnxruntime as ort
+def int8_gemm_model(m: int, k: int, n: int, *, signed_b: bool = True) -> bytes:
+    """One onnxruntime MatMulInteger, a [m, k] u8 by b [k, n], s8 (signed_b) or u8, both
+    inputs; needs `onnx`."""
     from onnx import TensorProto, helper
 
     b_type = TensorProto.INT8 if signed_b else TensorProto.UINT8
@@ -97,16 +97,23 @@ def int8_gemm_gops(n: int, threads: int, repeats: int = 5, *, signed_b: bool = T
         [helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
         "gemm",
         [
-            helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n]),
-            helper.make_tensor_value_info("b", b_type, [n, n]),
+            helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k]),
+            helper.make_tensor_value_info("b", b_type, [k, n]),
         ],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return bytes(model.SerializeToString())
+
+
+def int8_gemm_gops(n: int, threads: int, repeats: int = 5, *, signed_b: bool = True) -> float:
+    """onnxruntime's MatMulInteger, u8 x s8 (signed_b) or u8 x u8; needs `onnx`."""
+    import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     sess = ort.InferenceSession(
-        model.SerializeToString(),
+        int8_gemm_model(n, n, n, signed_b=signed_b),
         opts,
         providers=["CPUExecutionProvider"],
     )

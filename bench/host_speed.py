@@ -5,7 +5,6 @@ so a repeat that ran in a slow phase of the host shows as one, not as an engine'
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from bench.host_probe import SLOW_HOST
@@ -13,7 +12,8 @@ from bench.records import Cell, Run
 
 
 def _fastest(run: Run) -> float | None:
-    readings = [c.host_int8_gops for er in run.engines for c in er.cells if c.host_int8_gops]
+    readings = [c.host_int8_gops for cells in run.cells_by_key().values() for c in cells
+                if c.host_int8_gops]  # fmt: skip
     return max(readings) if readings else None
 
 
@@ -30,17 +30,12 @@ def full_speed(run: Run) -> Callable[[Cell], bool] | None:
 def lines(run: Run, at_full_speed: Sequence[tuple[str, str, str]] = ()) -> list[str]:
     """The markdown section, or nothing where no cell has a probe reading (older runs, GPU).
     `at_full_speed`: the report's targets over the unmarked repeats only."""
-    by: dict[tuple[str, str, int, int], list[Cell]] = defaultdict(list)
-    for er in run.engines:
-        for c in er.cells:
-            if c.host_int8_gops is not None and c.seconds > 0:
-                by[(c.engine, c.length, c.batch, c.concurrency)].append(c)
-    if not by:
+    fastest, at_full = _fastest(run), full_speed(run)
+    by = run.cells_by_key(lambda c: c.host_int8_gops is not None)
+    if fastest is None or at_full is None or not by:
         return []
-    fastest = max(c.host_int8_gops or 0.0 for cells in by.values() for c in cells)
-    slow = sum(1 for cells in by.values() for c in cells
-               if (c.host_int8_gops or 0.0) < SLOW_HOST * fastest)  # fmt: skip
     total = sum(len(cells) for cells in by.values())
+    slow = sum(1 for cells in by.values() for c in cells if not at_full(c))
     out = [
         "",
         "## Host speed beside each cell",
@@ -60,8 +55,7 @@ def lines(run: Run, at_full_speed: Sequence[tuple[str, str, str]] = ()) -> list[
         cells = sorted(by[key], key=lambda c: c.repeat)
         rates = " / ".join(f"{c.texts / c.seconds:.1f}" for c in cells)
         shares = " / ".join(_share(c.host_int8_gops or 0.0, fastest) for c in cells)
-        full = [c.texts / c.seconds for c in cells
-                if (c.host_int8_gops or 0.0) >= SLOW_HOST * fastest]  # fmt: skip
+        full = [c.texts / c.seconds for c in cells if at_full(c)]
         unmarked = f"{statistics.median(full):.1f}" if full else "n/a"
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {rates} | {shares} | "
                    f"{unmarked} |")  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 
@@ -101,6 +103,18 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     cosines: dict[str, float] = msgspec.field(default_factory=dict)
     notes: list[str] = msgspec.field(default_factory=list)
     weight_floor: Floor | None = None  # absent in runs made before it was measured
+
+    def cells_by_key(
+        self, keep: Callable[[Cell], bool] = lambda c: True
+    ) -> dict[tuple[str, str, int, int], list[Cell]]:
+        """The timed cells (engine, length, batch, concurrency) that `keep` keeps, each key's
+        repeats in the order they ran."""
+        by: dict[tuple[str, str, int, int], list[Cell]] = {}
+        for er in self.engines:
+            for c in er.cells:
+                if c.seconds > 0 and keep(c):
+                    by.setdefault((c.engine, c.length, c.batch, c.concurrency), []).append(c)
+        return by
 
     def cell_order(self, key: tuple[str, str, int, int]) -> tuple[int, int, int, int]:
         """Where a cell (engine, length, batch, concurrency) goes in a table: engines as they

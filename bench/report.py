@@ -49,17 +49,10 @@ def _spread(xs: list[float]) -> float:
 
 def rows(run: Run, keep: Callable[[Cell], bool] | None = None) -> dict[Key, Row]:
     """Each cell's medians over its repeats (those `keep` keeps, where given)."""
-    by: dict[Key, list[tuple[float, float, float, float, float]]] = defaultdict(list)
-    for er in run.engines:
-        for c in er.cells:
-            if c.seconds <= 0 or (keep is not None and not keep(c)):
-                continue
-            by[(c.engine, c.length, c.batch, c.concurrency)].append(
-                (c.texts / c.seconds, c.tokens / c.seconds, c.p50_ms, c.p99_ms,
-                 c.flops / c.seconds / 1e9)
-            )  # fmt: skip
     out = {}
-    for key, xs in by.items():
+    for key, cells in run.cells_by_key(keep or (lambda c: True)).items():
+        xs = [(c.texts / c.seconds, c.tokens / c.seconds, c.p50_ms, c.p99_ms,
+               c.flops / c.seconds / 1e9) for c in cells]  # fmt: skip
         col = list(zip(*xs, strict=True))
         out[key] = Row(
             key=key,

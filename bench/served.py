@@ -10,10 +10,9 @@ medians over repeats, from the server's `tei_onnx_model_busy_seconds` and /proc.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from bench.records import Cell, Run
+from bench.records import Run
 
 if TYPE_CHECKING:
     from bench.report import Key, Row
@@ -27,11 +26,7 @@ def _median(xs: list[float | None]) -> float | None:
 def lines(run: Run, table: dict[Key, Row]) -> list[str]:
     """The markdown section, or nothing where no served cell has the figures. `table`: the
     report's medians per cell (texts/s)."""
-    by: dict[Key, list[Cell]] = defaultdict(list)
-    for er in run.engines:
-        for c in er.cells:
-            if c.server_cores is not None and c.seconds > 0:
-                by[(c.engine, c.length, c.batch, c.concurrency)].append(c)
+    by = run.cells_by_key(lambda c: c.server_cores is not None)
     if not by:
         return []
     out = [
