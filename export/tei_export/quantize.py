@@ -437,7 +437,7 @@ def split_channels(
     """How many outlier channels to_qdq multiplies in fp32 (once per activation, however many
     quantized sites read it)."""
     keep = set(keep_fp32)
-    read = {s.activation for s in sites if s.node not in keep and not s.attention}
+    read = {s.activation for s in sites if s.node not in keep}
     return sum(int(plans[name].outliers.size) for name in read)
 
 
