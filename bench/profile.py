@@ -24,7 +24,6 @@ import json
 import statistics
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,10 @@ from typing import Any
 import msgspec
 
 from bench.attention import positive_int
+from bench.flops import Measured, measure_peak
 from bench.models import MODEL_KEYS, MODELS
-from bench.procs import loadavg, machine
+from bench.op_work import OpRate, Work, op_rates
+from bench.procs import cores, loadavg, machine
 from bench.texts import make_pools
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,36 +70,6 @@ def padding(lengths: Sequence[int], groups: Sequence[Sequence[int]]) -> Padding:
         pieces=len([g for g in groups if g]),
         longest_padded=max(lengths, default=0) * len(lengths),
     )
-
-
-class OpShare(msgspec.Struct, frozen=True, kw_only=True):
-    op: str
-    ms_per_batch: float
-    share: float
-
-
-def op_shares(events: Sequence[dict[str, Any]], warmup_runs: int, batches: int) -> list[OpShare]:
-    """Node time by op type from an onnxruntime profile (its JSON events), per batch.
-
-    `warmup_runs` Session.run calls come first and are left out (first-run allocations);
-    `batches` is how many whole batches the rest covers.
-    """
-    runs = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e["name"] == "model_run")
-    if len(runs) <= warmup_runs:
-        return []
-    since = runs[warmup_runs]
-    totals: dict[str, float] = defaultdict(float)
-    for e in events:
-        if e.get("cat") == "Node" and e["ts"] >= since and e["name"].endswith("_kernel_time"):
-            totals[str(e.get("args", {}).get("op_name", "?"))] += float(e["dur"])
-    whole = sum(totals.values())
-    if not whole:
-        return []
-    ranked = sorted(totals.items(), key=lambda kv: kv[1], reverse=True)
-    return [
-        OpShare(op=op, ms_per_batch=us / 1000 / max(batches, 1), share=us / whole)
-        for op, us in ranked
-    ]
 
 
 class Split(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,7 +120,7 @@ def split(model: Any, texts: list[str], repeats: int) -> Split:
     )
 
 
-def profile_ops(model: Any, texts: list[str], repeats: int, work: Path) -> list[OpShare]:
+def profile_ops(model: Any, texts: list[str], repeats: int, work: Path) -> list[OpRate]:
     """The runtime's pieces of `texts` through a profiling session on the same graph."""
     from tei_runtime.packing import length_sorted_groups
     from tei_runtime.session import inference_session, session_options
@@ -170,7 +141,7 @@ def profile_ops(model: Any, texts: list[str], repeats: int, work: Path) -> list[
     path = Path(session.end_profiling())
     events = json.loads(path.read_text())
     path.unlink(missing_ok=True)
-    return op_shares(events, warmup_runs=len(feeds), batches=repeats)
+    return op_rates(events, warmup_runs=len(feeds), batches=repeats)
 
 
 class Row(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,7 +153,9 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     texts_per_s: float
     split: Split
     padding: Padding
-    ops: list[OpShare]
+    ops: list[OpRate]
+    limits: Measured
+    """The host's GEMM limits read just before and just after this row, the faster reading."""
 
 
 def batch_size(tokens: Sequence[int], batch: int, max_tokens: int | None) -> int:
@@ -196,11 +169,13 @@ def batch_size(tokens: Sequence[int], batch: int, max_tokens: int | None) -> int
 
 
 def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: list[str],
-          batch: int, repeats: int, max_tokens: int | None) -> list[Row]:  # fmt: skip
+          batch: int, repeats: int, max_tokens: int | None,
+          measure: Callable[[], Measured]) -> list[Row]:  # fmt: skip
     import tei_runtime
     from tei_runtime.packing import length_sorted_groups
 
     rows = []
+    reading = measure()
     with tempfile.TemporaryDirectory(prefix="tei-bench-profile-") as tmp:
         for dtype in dtypes:
             model = tei_runtime.load(artifact, device="cpu", dtype=dtype)
@@ -212,9 +187,12 @@ def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: lis
                 pad = padding(sizes, length_sorted_groups(sizes, model.packing))
                 spent = split(model, texts, repeats)
                 ops = profile_ops(model, texts, repeats, Path(tmp))
+                after = measure()
                 rows.append(Row(length=length, dtype=dtype, variant=model.variant.file,
                                 texts=len(texts), texts_per_s=len(texts) / (spent.total_ms / 1000),
-                                split=spent, padding=pad, ops=ops))  # fmt: skip
+                                split=spent, padding=pad, ops=ops,
+                                limits=faster(reading, after)))  # fmt: skip
+                reading = after
                 print(f"  {length} {dtype}: {rows[-1].texts_per_s:.1f} texts/s", flush=True)
     return rows
 
@@ -224,7 +202,8 @@ def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int
     out = [
         f"# Profile: {model_name}, batches of up to {batch} texts, in-process `tei_runtime`",
         "",
-        f"Host: {host}. Load average before {load[0]}, after {load[1]}. Medians of {repeats} "
+        f"Host: {host}. Run at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Load "
+        f"average before {load[0]}, after {load[1]}. Medians of {repeats} "
         "repeats after a warm-up. `python -m bench.profile` (bench/profile.py) wrote this.",
         "",
         "## Where an embed call's time goes",
@@ -243,10 +222,61 @@ def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int
         )
     out += ["", f"## onnxruntime op time by type (top {TOP_OPS}, share of node time)", ""]
     for r in rows:
-        ops = ", ".join(f"{o.op} {o.share:.0%} ({o.ms_per_batch:.1f} ms)" for o in r.ops[:TOP_OPS])
+        whole = sum(o.ms_per_batch for o in r.ops)
+        ops = ", ".join(f"{o.op} {o.ms_per_batch / whole:.0%} ({o.ms_per_batch:.1f} ms)"
+                        for o in r.ops[:TOP_OPS])  # fmt: skip
         out.append(f"- {r.length}, {r.variant}: {ops or 'no node events'}")
-    out.append("")
+    out += ["", *products_section(rows), ""]
     return "\n".join(out)
+
+
+def faster(a: Measured, b: Measured) -> Measured:
+    """Two readings of the limits as one: each rate the higher of the two."""
+    int8 = max((x for x in (a.int8, b.int8) if x is not None), default=None)
+    forms = {k: max(a.int8_forms.get(k, 0.0), b.int8_forms.get(k, 0.0))
+             for k in {*a.int8_forms, *b.int8_forms}}  # fmt: skip
+    return Measured(fp32=max(a.fp32, b.fp32), int8=int8, int8_forms=forms,
+                    blas=a.blas or b.blas, note=a.note or b.note)  # fmt: skip
+
+
+def products_section(rows: list[Row]) -> list[str]:
+    """Each row's matrix products against the host's GEMM limits, and the ops that have none."""
+    out = [
+        "## Matrix products against the host's limits",
+        "",
+        "The limits as the bench measures them (numpy's sgemm, onnxruntime's MatMulInteger), "
+        "read by this command before the first row and after each; a row is held to the faster "
+        "of the readings on either side of it, since some hosts change speed for tens of "
+        "seconds and a row and its readings mostly share a phase. An op's matrix-product work "
+        "(from the profiled shapes; a fused attention op: its Q/K/V projection in the graph's "
+        "precision and its core, scores and weighted values, in fp32) at those rates, against "
+        "its node time, says how near the limits each op runs (onnxruntime's own kernels can "
+        "pass 100% where they beat the limits' GEMMs at these shapes). What the ops with no "
+        "products take is what keeps the whole graph from the limits.",
+        "",
+    ]
+    for r in rows:
+        whole = sum(o.ms_per_batch for o in r.ops)
+        if not whole:
+            out.append(f"- {r.length}, {r.variant}: no node events")
+            continue
+        fp32, int8 = r.limits.fp32, r.limits.int8
+        shown = f"{fp32:.0f} GFLOP/s, " + (f"{int8:.0f} GOP/s" if int8 else
+                                           "int8 not measured (int8 work at fp32's rate)")
+        products = [o for o in r.ops if o.work != Work()]
+        rest = [o for o in r.ops if o.work == Work()]
+        at_limits = sum(o.at_limits_ms(fp32, int8) for o in products)
+        rest_ms = sum(o.ms_per_batch for o in rest)
+        each = ", ".join(f"{o.op} {o.reached(fp32, int8):.0%} ({o.ms_per_batch:.1f} ms)"
+                         for o in products)  # fmt: skip
+        others = ", ".join(f"{o.op} {o.ms_per_batch:.1f}" for o in rest[:TOP_OPS])
+        out.append(
+            f"- {r.length}, {r.variant} (limits {shown}): node time {whole:.1f} ms, its "
+            f"products at the limits {at_limits:.1f} ms ({at_limits / whole:.0%} of the limits "
+            f"reached); by op: {each or 'none'}; ops with no products {rest_ms:.1f} ms "
+            f"({rest_ms / whole:.0%} of node time){': ' + others + ' ms' if others else ''}"
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="artifact of the one model profiled (default: the bench's cached "
                    "export, made as `python -m bench` makes it)")  # fmt: skip
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument("--peak-n", type=positive_int, default=2048,
+                   help="the square GEMMs' size for the host's limits (the bench's own)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     # the bench's own cache keys, exports and checks
@@ -296,8 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         lengths = timed_lengths(bm, wanted_lengths) if wanted_lengths else [*bm.targets, "mixed"]
         before = loadavg()
         print(f"bench.profile: {key} on {host}", flush=True)
+        # The limits the bench holds engines to, read again here, pinned to the cores the
+        # runtime's sessions use, in a process of their own.
         rows = _rows(artifact, pools, lengths, dtypes, args.batch, args.repeats,
-                     args.max_batch_tokens)  # fmt: skip
+                     args.max_batch_tokens, lambda: measure_peak(args.peak_n, cores()))  # fmt: skip
         text = render(bm.name, host, rows, args.batch, args.repeats, (before, loadavg()))
         folder = args.out / key
         folder.mkdir(parents=True, exist_ok=True)

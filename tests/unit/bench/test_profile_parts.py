@@ -1,4 +1,5 @@
-"""bench.profile's pure parts: padding of the runtime's pieces, op time from a profile."""
+"""bench.profile's pure parts: padding of the runtime's pieces, op time and matrix-product work
+from a profile, and how the products section reads."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from bench.profile import batch_size, op_shares, padding
+from bench.flops import Measured
+from bench.op_work import OpRate, Work, node_work, op_rates
+from bench.profile import Padding, Row, Split, batch_size, faster, padding, products_section
 
 
 def test_padding_of_pieces_and_of_one_forward() -> None:
@@ -22,24 +25,104 @@ def _run(ts: int) -> dict[str, Any]:
     return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 5}
 
 
-def _node(ts: int, op: str, dur: int, name: str = "n_kernel_time") -> dict[str, Any]:
-    return {"cat": "Node", "name": name, "ts": ts, "dur": dur, "args": {"op_name": op}}
+def _node(
+    ts: int,
+    op: str,
+    dur: int,
+    name: str = "n_kernel_time",
+    shapes: tuple[list[list[int]], list[list[int]]] = ([], []),
+) -> dict[str, Any]:
+    inputs, outputs = shapes
+    args = {
+        "op_name": op,
+        "input_type_shape": [{"float": s} for s in inputs],
+        "output_type_shape": [{"float": s} for s in outputs],
+    }
+    return {"cat": "Node", "name": name, "ts": ts, "dur": dur, "args": args}
 
 
-def test_op_shares_leave_out_the_warm_up_and_fences() -> None:
+# A [2, 8, 4] activation times a [4, 6] weight: 2 * (2 * 8 * 6) * 4 = 768 multiply-add ops.
+PRODUCT = ([[2, 8, 4]], [[2, 8, 6]])
+LIMITS_GFLOPS = 1e-6  # 1000 ops/s: 768 ops take 768 ms at the limit
+
+
+def test_op_rates_leave_out_the_warm_up_and_fences() -> None:
     events = [
-        _run(0), _node(1, "MatMul", 1000),  # warm-up run: left out
-        _run(10), _node(11, "MatMul", 300), _node(12, "Softmax", 100),
+        _run(0), _node(1, "MatMul", 1000, shapes=PRODUCT),  # warm-up run: left out
+        _run(10), _node(11, "MatMul", 300_000, shapes=PRODUCT), _node(12, "Softmax", 100),
         _node(13, "MatMul", 999, name="n_fence_before"),  # not kernel time
-        _run(20), _node(21, "MatMul", 300), _node(22, "Add", 100),
+        _run(20), _node(21, "MatMul", 500_000, shapes=PRODUCT), _node(22, "Add", 100),
     ]  # fmt: skip
-    shares = op_shares(events, warmup_runs=1, batches=2)
-    assert next(s.op for s in shares) == "MatMul" and {s.op for s in shares} == {
+    rates = op_rates(events, warmup_runs=1, batches=2)
+    assert rates[0].op == "MatMul" and {r.op for r in rates} == {
         "MatMul", "Softmax", "Add"}  # fmt: skip
-    matmul = shares[0]
-    assert matmul.share == pytest.approx(600 / 800)
-    assert matmul.ms_per_batch == pytest.approx(0.3)
-    assert op_shares(events, warmup_runs=3, batches=1) == []
+    matmul = rates[0]
+    assert matmul.ms_per_batch == pytest.approx(400)
+    assert matmul.work == Work(fp32_ops=768.0)  # per batch: two runs, two batches
+    assert matmul.at_limits_ms(LIMITS_GFLOPS, None) == pytest.approx(768)
+    assert matmul.reached(LIMITS_GFLOPS, None) == pytest.approx(768 / 400)
+    softmax = next(r for r in rates if r.op == "Softmax")
+    assert softmax.work == Work() and softmax.at_limits_ms(LIMITS_GFLOPS, None) == 0
+    assert op_rates(events, warmup_runs=3, batches=1) == []
+
+
+def test_node_work_of_products_by_precision() -> None:
+    a, out = [2, 8, 4], [2, 8, 6]
+    assert node_work("MatMul", [a], [out]) == Work(fp32_ops=768.0)
+    assert node_work("MatMulIntegerToFloat", [a], [out]) == Work(int8_ops=768.0)
+    # two activations, the second read transposed (scores = Q K^T): inner is a's last axis
+    assert node_work("FusedMatMul", [[3, 5, 4], [3, 7, 4]], [[3, 5, 7]]) == Work(
+        fp32_ops=2.0 * 3 * 5 * 7 * 4)  # fmt: skip
+    # the first operand read transposed: [4, 5]^T [4, 7] -> inner 4, the output's rows are 5
+    assert node_work("FusedMatMul", [[4, 5], [4, 7]], [[5, 7]]) == Work(fp32_ops=2.0 * 5 * 7 * 4)
+    assert node_work("Add", [a, [6]], [out]) == Work()
+    assert node_work("MatMul", [], [out]) == Work()
+
+
+def test_node_work_of_attention_ops() -> None:
+    batch, seq, width = 2, 8, 12
+    projection = 2.0 * batch * seq * width * 3 * width
+    core = 4.0 * batch * seq * seq * width
+    x, y = [[batch, seq, width], [batch]], [[batch, seq, width]]
+    assert node_work("QAttention", x, y) == Work(int8_ops=projection, fp32_ops=core)
+    assert node_work("Attention", x, y) == Work(fp32_ops=projection + core)
+    # cross lengths: 5 keys
+    mha = node_work("MultiHeadAttention", [[batch, seq, width], [batch, 5, width]], y)
+    assert mha == Work(fp32_ops=4.0 * batch * seq * 5 * width)
+    assert node_work("GroupQueryAttention", [[batch, seq, 3 * width]], y) == Work(fp32_ops=core)
+
+
+def test_work_at_the_limits_falls_back_to_fp32_without_an_int8_rate() -> None:
+    w = Work(int8_ops=4e9, fp32_ops=1e9)
+    assert w.seconds_at(fp32_limit=1.0, int8_limit=4.0) == pytest.approx(2.0)
+    assert w.seconds_at(fp32_limit=1.0, int8_limit=None) == pytest.approx(5.0)
+
+
+def _row(ops: list[OpRate], limits: Measured) -> Row:
+    split = Split(total_ms=10.0, tokenize_ms=1.0, session_ms=8.0)
+    pad = Padding(real=10, packed=10, pieces=1, longest_padded=10)
+    return Row(length="short", dtype="int8", variant="model.int8.onnx", texts=32,
+               texts_per_s=100.0, split=split, padding=pad, ops=ops, limits=limits)  # fmt: skip
+
+
+def test_products_section_splits_node_time_by_products() -> None:
+    limits = Measured(fp32=200.0, int8=800.0, int8_forms={}, blas="")
+    ops = [
+        # 4 GOP at 800 GOP/s: 5 ms
+        OpRate(op="MatMulIntegerToFloat", ms_per_batch=6.0, work=Work(int8_ops=4e9)),
+        OpRate(op="BiasGelu", ms_per_batch=3.0, work=Work()),
+        OpRate(op="Add", ms_per_batch=1.0, work=Work()),
+    ]  # fmt: skip
+    text = "\n".join(products_section([_row(ops, limits), _row([], limits)]))
+    assert "(limits 200 GFLOP/s, 800 GOP/s): node time 10.0 ms" in text
+    assert "its products at the limits 5.0 ms (50% of the limits reached)" in text
+    assert "MatMulIntegerToFloat 83% (6.0 ms)" in text
+    assert "ops with no products 4.0 ms (40% of node time): BiasGelu 3.0, Add 1.0 ms" in text
+    assert "- short, model.int8.onnx: no node events" in text
+    unmeasured = Measured(fp32=200.0, int8=None, int8_forms={}, blas="")
+    # without an int8 rate, int8 work counts at the fp32 one: 4 GOP at 200 GFLOP/s, 20 ms
+    text = "\n".join(products_section([_row(ops, unmeasured)]))
+    assert "int8 not measured" in text and "its products at the limits 20.0 ms" in text
 
 
 def test_batch_size_cut_to_the_token_cap() -> None:
@@ -47,3 +130,11 @@ def test_batch_size_cut_to_the_token_cap() -> None:
     assert batch_size([512] * 32, 32, 4096) == 8
     assert batch_size([16] * 32, 32, 4096) == 32
     assert batch_size([9000], 32, 4096) == 1
+
+
+def test_faster_of_two_limit_readings() -> None:
+    slow = Measured(fp32=150.0, int8=700.0, int8_forms={"u8s8": 700.0, "u8u8": 500.0}, blas="x")
+    fast = Measured(fp32=200.0, int8=None, int8_forms={}, blas="")
+    both = faster(slow, fast)
+    assert (both.fp32, both.int8, both.int8_forms, both.blas) == (
+        200.0, 700.0, {"u8s8": 700.0, "u8u8": 500.0}, "x")  # fmt: skip
