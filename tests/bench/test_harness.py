@@ -109,7 +109,7 @@ def test_quick_run_writes_a_table(minilm_artifact: Path, tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_profile_writes_its_tables(tmp_path: Path) -> None:
-    """`python -m bench.profile` on a tiny exported model: both tables, every row."""
+    """`python -m bench.profile` on a tiny exported model: every section, every row."""
     from support.tiny_models import build_checkpoint
     from tei_export.api import export_model
 
@@ -118,7 +118,7 @@ def test_profile_writes_its_tables(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.profile", "--artifact", str(artifact), "--dtypes",
          "float32", "--lengths", "short,mixed", "--batch", "8", "--repeats", "1", "--out",
-         str(tmp_path / "out")],
+         str(tmp_path / "out"), "--peak-n", "256"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -126,6 +126,13 @@ def test_profile_writes_its_tables(tmp_path: Path) -> None:
     assert "## Where an embed call's time goes" in text
     assert "| short | model.fp32" in text and "| mixed | model.fp32" in text
     assert "- mixed, model.fp32" in text and "MatMul" in text
+    products = text.split("## Matrix products against the host's limits", 1)[1]
+    for length in ("short", "mixed"):
+        row = next(line for line in products.splitlines()
+                   if line.startswith(f"- {length}, model.fp32"))  # fmt: skip
+        # the tiny BERT's weight products are counted and held to a measured fp32 limit
+        assert "GFLOP/s" in row and "its products at the limits" in row
+        assert "by op: none" not in row and "MatMul" in row.split("by op:", 1)[1]
 
 
 @pytest.mark.parametrize("key", ["bert-base", "qwen3-0.6b"])
