@@ -3,22 +3,25 @@
 fp32 engines (sentence-transformers, ours in fp32, infinity, fastembed) against the host's fp32
 GEMM rate; int8 engines against its int8 GEMM rate. Useful FLOPs only (flops.py): padding,
 tokenization and HTTP are the engine's cost, not work.
+
+A limit is the fastest of its readings (at the start and after each model), not their median:
+each reading is already the best of several runs, and some hosts change speed for tens of
+seconds, so a reading taken in a slow phase would lower the limit and flatter every engine
+held to it (an AMD EPYC guest here read 106 then 208 GFLOP/s in one run).
 """
 
 from __future__ import annotations
-
-import statistics
 
 from bench.config import is_int8
 from bench.records import Peak
 
 
 def fp32_limit(peak: Peak) -> float:
-    return statistics.median(peak.fp32_gflops)
+    return max(peak.fp32_gflops)
 
 
 def int8_limit(peak: Peak) -> float | None:
-    return statistics.median(peak.int8_gops) if peak.int8_gops else None
+    return max(peak.int8_gops) if peak.int8_gops else None
 
 
 def limit_of(engine: str, peak: Peak) -> tuple[str, float | None]:
