@@ -10,6 +10,10 @@ the host's measured GEMM rates (int8 work at the int8 limit, float work at the f
 the time it would take if it ran at those rates; against its measured node time that says how
 close each op runs to the limit, and the ops with no products at all are what keeps the whole
 graph from it.
+
+What the shapes cannot say, the count assumes: a fused Attention / QAttention projects to three
+equal widths (no `qkv_hidden_sizes`); an op named `Attention` is the com.microsoft one our
+exports write (opset 17), not opset 23's standard Attention, whose profile name is the same.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import msgspec
 
 # Integer GEMMs: the first input is the u8 activation, the weight a prepacked initializer.
 INTEGER_PRODUCTS = frozenset(
-    {"MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm"}
+    {"MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "QLinearMatMul"}
 )
-FLOAT_PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Gemm"})
+# MatMulNBits: block-quantized weights expanded to float for the product.
+FLOAT_PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Gemm", "FusedGemm", "MatMulNBits"})
 # Attention ops that project their input to Q, K and V themselves (three equal widths).
 PROJECTING_ATTENTION = {"Attention": "fp32", "QAttention": "int8"}
 ATTENTION_CORES = frozenset({"MultiHeadAttention", "GroupQueryAttention"})
@@ -73,20 +78,33 @@ def node_work(op: str, inputs: Sequence[Shape], outputs: Sequence[Shape]) -> Wor
     if op in INTEGER_PRODUCTS or op in FLOAT_PRODUCTS:
         ops = 2.0 * math.prod(out) * _inner(a, out)
         return Work(int8_ops=ops) if op in INTEGER_PRODUCTS else Work(fp32_ops=ops)
-    if len(a) != 3 or len(out) != 3:
-        return Work()
-    batch, seq, width = a
-    value_width = out[-1]
-    if op in PROJECTING_ATTENTION:
+    if op in PROJECTING_ATTENTION and len(a) == 3 and len(out) == 3:
+        batch, seq, width = a
+        value_width = out[-1]
+        # with past state, `present` [2, B, heads, past + new, head] has the keys attended
+        keys = outputs[1][3] if len(outputs) > 1 and len(outputs[1]) == 5 else seq
         projection = 2.0 * batch * seq * width * 3 * value_width
-        core = 4.0 * batch * seq * seq * value_width
+        core = 4.0 * batch * seq * keys * value_width
         if PROJECTING_ATTENTION[op] == "int8":
             return Work(int8_ops=projection, fp32_ops=core)
         return Work(fp32_ops=projection + core)
-    if op in ATTENTION_CORES:
-        keys = inputs[1][1] if len(inputs) > 1 and len(inputs[1]) == 3 else seq
-        return Work(fp32_ops=4.0 * batch * seq * keys * value_width)
+    # query [B, S, width], or MultiHeadAttention's packed [B, S, heads, 3, head]
+    if op in ATTENTION_CORES and len(a) in (3, 5) and len(out) == 3:
+        batch, seq = a[0], a[1]
+        return Work(fp32_ops=4.0 * batch * seq * _keys(inputs, outputs, seq) * out[-1])
     return Work()
+
+
+def _keys(inputs: Sequence[Shape], outputs: Sequence[Shape], seq: int) -> int:
+    """How many keys each query of a MultiHeadAttention / GroupQueryAttention attends."""
+    if len(outputs) > 1 and len(outputs[1]) == 4:  # present key [B, heads, past + new, head]
+        return outputs[1][2]
+    key = inputs[1] if len(inputs) > 1 else []
+    if len(key) in (3, 5):  # [B, L, width] or packed K/V [B, L, heads, 2, head]
+        return key[1]
+    if len(key) == 4:  # [B, heads, L, head]
+        return key[2]
+    return seq  # packed QKV: self-attention over the query's own tokens
 
 
 def kernel_events(events: Sequence[dict[str, Any]], warmup_runs: int) -> Iterator[dict[str, Any]]:

@@ -10,7 +10,9 @@ this host (fp32 and int8):
   pieces, and against one forward padded to the batch's longest text (what an engine that
   neither sorts nor cuts pays, fastembed for one);
 - onnxruntime's op-level profile (`SessionOptions.enable_profiling`) of the same pieces, with
-  the runtime's session options and graph: time by op type, warm-up runs left out.
+  the runtime's session options and graph: time by op type, warm-up runs left out;
+- the matrix products in that profile against the host's GEMM limits (op_work.py): each
+  product op's share of the limits reached, and the time of the ops with no products.
 
 Medians over `--repeats`. Writes `<out>/<model>/profile.md` (and prints it). The served side
 of a miss (the event loop and tokenizer threads against onnxruntime's on few cores) is
@@ -222,7 +224,7 @@ def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int
         )
     out += ["", f"## onnxruntime op time by type (top {TOP_OPS}, share of node time)", ""]
     for r in rows:
-        whole = sum(o.ms_per_batch for o in r.ops)
+        whole = sum(o.ms_per_batch for o in r.ops) or 1.0
         ops = ", ".join(f"{o.op} {o.ms_per_batch / whole:.0%} ({o.ms_per_batch:.1f} ms)"
                         for o in r.ops[:TOP_OPS])  # fmt: skip
         out.append(f"- {r.length}, {r.variant}: {ops or 'no node events'}")
@@ -328,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = timed_lengths(bm, wanted_lengths) if wanted_lengths else [*bm.targets, "mixed"]
         before = loadavg()
         print(f"bench.profile: {key} on {host}", flush=True)
-        # The limits the bench holds engines to, read again here, pinned to the cores the
-        # runtime's sessions use, in a process of their own.
+        # The limits the bench holds engines to, read again here with the runtime's thread
+        # count (every core), in a process of their own.
         rows = _rows(artifact, pools, lengths, dtypes, args.batch, args.repeats,
                      args.max_batch_tokens, lambda: measure_peak(args.peak_n, cores()))  # fmt: skip
         text = render(bm.name, host, rows, args.batch, args.repeats, (before, loadavg()))

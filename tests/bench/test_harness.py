@@ -5,6 +5,7 @@ Figures are never asserted (benchmarks are not tests); only the shape of what is
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,9 +131,11 @@ def test_profile_writes_its_tables(tmp_path: Path) -> None:
     for length in ("short", "mixed"):
         row = next(line for line in products.splitlines()
                    if line.startswith(f"- {length}, model.fp32"))  # fmt: skip
-        # the tiny BERT's weight products are counted and held to a measured fp32 limit
-        assert "GFLOP/s" in row and "its products at the limits" in row
-        assert "by op: none" not in row and "MatMul" in row.split("by op:", 1)[1]
+        # the tiny BERT's weight products are counted (MatMul among the ops with products,
+        # with a share of the limits reached) and held to a measured fp32 limit
+        by_op = row.split("by op: ", 1)[1].split("; ops with no products", 1)[0]
+        assert re.search(r"\(limits \d+ GFLOP/s", row), row
+        assert re.search(r"(^|, )MatMul \d+% \(", by_op), by_op
 
 
 @pytest.mark.parametrize("key", ["bert-base", "qwen3-0.6b"])

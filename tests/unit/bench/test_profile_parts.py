@@ -41,7 +41,7 @@ def _node(
     return {"cat": "Node", "name": name, "ts": ts, "dur": dur, "args": args}
 
 
-# A [2, 8, 4] activation times a [4, 6] weight: 2 * (2 * 8 * 6) * 4 = 768 multiply-add ops.
+# A [2, 8, 4] activation times a [4, 6] weight: 2 * 8 * 6 * 4 = 384 multiply-adds, 768 ops.
 PRODUCT = ([[2, 8, 4]], [[2, 8, 6]])
 LIMITS_GFLOPS = 1e-6  # 1000 ops/s: 768 ops take 768 ms at the limit
 
@@ -80,16 +80,33 @@ def test_node_work_of_products_by_precision() -> None:
 
 
 def test_node_work_of_attention_ops() -> None:
-    batch, seq, width = 2, 8, 12
-    projection = 2.0 * batch * seq * width * 3 * width
-    core = 4.0 * batch * seq * seq * width
-    x, y = [[batch, seq, width], [batch]], [[batch, seq, width]]
+    # the input 16 wide, Q/K/V (and so the output) 12 wide
+    batch, seq, width, value = 2, 8, 16, 12
+    projection = 2.0 * batch * seq * width * 3 * value
+    core = 4.0 * batch * seq * seq * value
+    x, y = [[batch, seq, width], [batch]], [[batch, seq, value]]
     assert node_work("QAttention", x, y) == Work(int8_ops=projection, fp32_ops=core)
     assert node_work("Attention", x, y) == Work(fp32_ops=projection + core)
-    # cross lengths: 5 keys
-    mha = node_work("MultiHeadAttention", [[batch, seq, width], [batch, 5, width]], y)
-    assert mha == Work(fp32_ops=4.0 * batch * seq * 5 * width)
-    assert node_work("GroupQueryAttention", [[batch, seq, 3 * width]], y) == Work(fp32_ops=core)
+    # with past state: present [2, B, heads, 5 past + 8 new, head] -> 13 keys per query
+    present = [2, batch, 3, seq + 5, value // 3]
+    assert node_work("Attention", x, [*y, present]) == Work(
+        fp32_ops=projection + 4.0 * batch * seq * (seq + 5) * value)  # fmt: skip
+    # cross lengths: 5 keys, as [B, L, width], [B, heads, L, head] or packed K/V
+    for key in ([batch, 5, value], [batch, 3, 5, 4], [batch, 5, 3, 2, 4]):
+        mha = node_work("MultiHeadAttention", [[batch, seq, value], key], y)
+        assert mha == Work(fp32_ops=4.0 * batch * seq * 5 * value), key
+    # packed QKV [B, S, heads, 3, head]: over the query's own tokens
+    assert node_work("MultiHeadAttention", [[batch, seq, 3, 3, 4]], y) == Work(fp32_ops=core)
+    # GroupQueryAttention, packed QKV, seqlens listed, no past
+    gqa = node_work("GroupQueryAttention", [[batch, seq, 3 * value], [batch]], y)
+    assert gqa == Work(fp32_ops=core)
+    # with a past buffer: the present key [B, kv heads, past + new, head] says how many keys
+    past = [batch, 2, 64, 4]
+    gqa = node_work("GroupQueryAttention", [[batch, seq, 3 * value], past, [batch]],
+                    [*y, [batch, 2, 20, 4], [batch, 2, 20, 4]])  # fmt: skip
+    assert gqa == Work(fp32_ops=4.0 * batch * seq * 20 * value)
+    # an attention op whose shapes this count does not know: no work, not a wrong one
+    assert node_work("Attention", [[batch, 3, seq, 4]], [[batch, 3, seq, 4]]) == Work()
 
 
 def test_work_at_the_limits_falls_back_to_fp32_without_an_int8_rate() -> None:
@@ -134,7 +151,10 @@ def test_batch_size_cut_to_the_token_cap() -> None:
 
 def test_faster_of_two_limit_readings() -> None:
     slow = Measured(fp32=150.0, int8=700.0, int8_forms={"u8s8": 700.0, "u8u8": 500.0}, blas="x")
-    fast = Measured(fp32=200.0, int8=None, int8_forms={}, blas="")
-    both = faster(slow, fast)
-    assert (both.fp32, both.int8, both.int8_forms, both.blas) == (
-        200.0, 700.0, {"u8s8": 700.0, "u8u8": 500.0}, "x")  # fmt: skip
+    fast = Measured(fp32=200.0, int8=650.0, int8_forms={"u8s8": 650.0, "u8u8": 520.0}, blas="")
+    for both in (faster(slow, fast), faster(fast, slow)):
+        assert (both.fp32, both.int8, both.int8_forms, both.blas) == (
+            200.0, 700.0, {"u8s8": 700.0, "u8u8": 520.0}, "x")  # fmt: skip
+    unmeasured = Measured(fp32=100.0, int8=None, int8_forms={}, blas="")
+    assert faster(unmeasured, slow).int8 == 700.0 and faster(slow, unmeasured).int8 == 700.0
+    assert faster(unmeasured, unmeasured).int8 is None
