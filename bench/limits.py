@@ -13,7 +13,22 @@ held to it (an AMD EPYC guest here read 106 then 208 GFLOP/s in one run).
 from __future__ import annotations
 
 from bench.config import is_int8
+from bench.flops import Measured
 from bench.records import Peak
+
+
+def peak_of(measured: list[Measured], threads: int) -> Peak:
+    """Readings of the limits (flops.measure_peak) as one record; BLAS, note and int8 forms
+    from the first."""
+    first = measured[0]
+    return Peak(
+        fp32_gflops=[m.fp32 for m in measured],
+        int8_gops=[m.int8 for m in measured if m.int8 is not None],
+        threads=threads,
+        note=first.note,
+        blas=first.blas,
+        int8_forms=first.int8_forms,
+    )
 
 
 def fp32_limit(peak: Peak) -> float:

@@ -34,9 +34,11 @@ import msgspec
 
 from bench.attention import positive_int
 from bench.flops import Measured, measure_peak
+from bench.limits import fp32_limit, int8_limit, peak_of
 from bench.models import MODEL_KEYS, MODELS
 from bench.op_work import OpRate, Work, op_rates
 from bench.procs import cores, loadavg, machine
+from bench.records import Peak
 from bench.texts import make_pools
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,8 +158,8 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     split: Split
     padding: Padding
     ops: list[OpRate]
-    limits: Measured
-    """The host's GEMM limits read just before and just after this row, the faster reading."""
+    limits: Peak
+    """The host's GEMM limits read just before and just after this row."""
 
 
 def batch_size(tokens: Sequence[int], batch: int, max_tokens: int | None) -> int:
@@ -172,7 +174,7 @@ def batch_size(tokens: Sequence[int], batch: int, max_tokens: int | None) -> int
 
 def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: list[str],
           batch: int, repeats: int, max_tokens: int | None,
-          measure: Callable[[], Measured]) -> list[Row]:  # fmt: skip
+          measure: Callable[[], Measured], threads: int) -> list[Row]:  # fmt: skip
     import tei_runtime
     from tei_runtime.packing import length_sorted_groups
 
@@ -193,7 +195,7 @@ def _rows(artifact: Path, pools: dict[str, Any], lengths: list[str], dtypes: lis
                 rows.append(Row(length=length, dtype=dtype, variant=model.variant.file,
                                 texts=len(texts), texts_per_s=len(texts) / (spent.total_ms / 1000),
                                 split=spent, padding=pad, ops=ops,
-                                limits=faster(reading, after)))  # fmt: skip
+                                limits=peak_of([reading, after], threads)))  # fmt: skip
                 reading = after
                 print(f"  {length} {dtype}: {rows[-1].texts_per_s:.1f} texts/s", flush=True)
     return rows
@@ -232,15 +234,6 @@ def render(model_name: str, host: str, rows: list[Row], batch: int, repeats: int
     return "\n".join(out)
 
 
-def faster(a: Measured, b: Measured) -> Measured:
-    """Two readings of the limits as one: each rate the higher of the two."""
-    int8 = max((x for x in (a.int8, b.int8) if x is not None), default=None)
-    forms = {k: max(a.int8_forms.get(k, 0.0), b.int8_forms.get(k, 0.0))
-             for k in {*a.int8_forms, *b.int8_forms}}  # fmt: skip
-    return Measured(fp32=max(a.fp32, b.fp32), int8=int8, int8_forms=forms,
-                    blas=a.blas or b.blas, note=a.note or b.note)  # fmt: skip
-
-
 def products_section(rows: list[Row]) -> list[str]:
     """Each row's matrix products against the host's GEMM limits, and the ops that have none."""
     out = [
@@ -262,7 +255,7 @@ def products_section(rows: list[Row]) -> list[str]:
         if not whole:
             out.append(f"- {r.length}, {r.variant}: no node events")
             continue
-        fp32, int8 = r.limits.fp32, r.limits.int8
+        fp32, int8 = fp32_limit(r.limits), int8_limit(r.limits)
         shown = f"{fp32:.0f} GFLOP/s, " + (f"{int8:.0f} GOP/s" if int8 else
                                            "int8 not measured (int8 work at fp32's rate)")
         products = [o for o in r.ops if o.work != Work()]
@@ -333,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         # The limits the bench holds engines to, read again here with the runtime's thread
         # count (every core), in a process of their own.
         rows = _rows(artifact, pools, lengths, dtypes, args.batch, args.repeats,
-                     args.max_batch_tokens, lambda: measure_peak(args.peak_n, cores()))  # fmt: skip
+                     args.max_batch_tokens, lambda: measure_peak(args.peak_n, cores()),
+                     cores())  # fmt: skip
         text = render(bm.name, host, rows, args.batch, args.repeats, (before, loadavg()))
         folder = args.out / key
         folder.mkdir(parents=True, exist_ok=True)

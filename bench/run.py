@@ -29,10 +29,11 @@ from bench.flops import Measured, measure_peak, model_shape
 from bench.host_probe import HostProbe
 from bench.http_client import HttpError, vectors
 from bench.inproc import Job
+from bench.limits import peak_of
 from bench.measure import chunk, run_cell
 from bench.models import MODEL_KEYS, MODELS, BenchModel
 from bench.procs import clean_env, cores, loadavg, machine
-from bench.records import Cell, EngineRun, Machine, Model, Peak, Run
+from bench.records import Cell, EngineRun, Machine, Model, Run
 from bench.texts import Pool, make_pools
 from bench.weight_floor import run_floor
 from tei_export.fingerprint import exporter_fingerprint
@@ -293,18 +294,6 @@ def _min_cosine(work: Path, a: str, b: str) -> float | None:
     return float(np.min(np.sum(x * y, axis=1)))
 
 
-def _peak(measured: list[Measured], threads: int) -> Peak:
-    first = measured[0]
-    return Peak(
-        fp32_gflops=[m.fp32 for m in measured],
-        int8_gops=[m.int8 for m in measured if m.int8 is not None],
-        threads=threads,
-        note=first.note,
-        blas=first.blas,
-        int8_forms=first.int8_forms,
-    )
-
-
 class Options(msgspec.Struct, frozen=True, kw_only=True):
     """What main() resolved from the command line, for one model's run."""
 
@@ -484,7 +473,7 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
         load_before=load_before,
         load_after=loadavg(),
         machine=host,
-        peak=_peak(measured[-2:], opts.threads),
+        peak=peak_of(measured[-2:], opts.threads),
         model=model,
         workloads={k: sum(p.tokens) / len(p.tokens) for k, p in pools.items() if k in timed},
         engines=runs,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from bench.flops import Measured
 from bench.op_work import OpRate, Work, node_work, op_rates
-from bench.profile import Padding, Row, Split, batch_size, faster, padding, products_section
+from bench.profile import Padding, Row, Split, batch_size, padding, products_section
+from bench.records import Peak
 
 
 def test_padding_of_pieces_and_of_one_forward() -> None:
@@ -115,7 +115,7 @@ def test_work_at_the_limits_falls_back_to_fp32_without_an_int8_rate() -> None:
     assert w.seconds_at(fp32_limit=1.0, int8_limit=None) == pytest.approx(5.0)
 
 
-def _row(ops: list[OpRate], limits: Measured) -> Row:
+def _row(ops: list[OpRate], limits: Peak) -> Row:
     split = Split(total_ms=10.0, tokenize_ms=1.0, session_ms=8.0)
     pad = Padding(real=10, packed=10, pieces=1, longest_padded=10)
     return Row(length="short", dtype="int8", variant="model.int8.onnx", texts=32,
@@ -123,7 +123,8 @@ def _row(ops: list[OpRate], limits: Measured) -> Row:
 
 
 def test_products_section_splits_node_time_by_products() -> None:
-    limits = Measured(fp32=200.0, int8=800.0, int8_forms={}, blas="")
+    # a row is held to the faster of the readings on either side of it
+    limits = Peak(fp32_gflops=[150.0, 200.0], int8_gops=[800.0, 700.0], threads=2)
     ops = [
         # 4 GOP at 800 GOP/s: 5 ms
         OpRate(op="MatMulIntegerToFloat", ms_per_batch=6.0, work=Work(int8_ops=4e9)),
@@ -136,7 +137,7 @@ def test_products_section_splits_node_time_by_products() -> None:
     assert "MatMulIntegerToFloat 83% (6.0 ms)" in text
     assert "ops with no products 4.0 ms (40% of node time): BiasGelu 3.0, Add 1.0 ms" in text
     assert "- short, model.int8.onnx: no node events" in text
-    unmeasured = Measured(fp32=200.0, int8=None, int8_forms={}, blas="")
+    unmeasured = Peak(fp32_gflops=[200.0], int8_gops=[], threads=2)
     # without an int8 rate, int8 work counts at the fp32 one: 4 GOP at 200 GFLOP/s, 20 ms
     text = "\n".join(products_section([_row(ops, unmeasured)]))
     assert "int8 not measured" in text and "its products at the limits 20.0 ms" in text
@@ -147,14 +148,3 @@ def test_batch_size_cut_to_the_token_cap() -> None:
     assert batch_size([512] * 32, 32, 4096) == 8
     assert batch_size([16] * 32, 32, 4096) == 32
     assert batch_size([9000], 32, 4096) == 1
-
-
-def test_faster_of_two_limit_readings() -> None:
-    slow = Measured(fp32=150.0, int8=700.0, int8_forms={"u8s8": 700.0, "u8u8": 500.0}, blas="x")
-    fast = Measured(fp32=200.0, int8=650.0, int8_forms={"u8s8": 650.0, "u8u8": 520.0}, blas="")
-    for both in (faster(slow, fast), faster(fast, slow)):
-        assert (both.fp32, both.int8, both.int8_forms, both.blas) == (
-            200.0, 700.0, {"u8s8": 700.0, "u8u8": 520.0}, "x")  # fmt: skip
-    unmeasured = Measured(fp32=100.0, int8=None, int8_forms={}, blas="")
-    assert faster(unmeasured, slow).int8 == 700.0 and faster(slow, unmeasured).int8 == 700.0
-    assert faster(unmeasured, unmeasured).int8 is None
