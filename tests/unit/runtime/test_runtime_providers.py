@@ -254,3 +254,19 @@ def test_trt_profiles_buckets_cover_every_length_within_the_budget() -> None:
         "input_ids:3x30",
         "input_ids:100x30",
     )
+
+
+def test_precision_for_is_what_a_load_with_every_variant_runs() -> None:
+    """What a first start exports: the one precision the flags pick on this host."""
+    from tei_runtime.loader import precision_for
+
+    assert precision_for(host()) is Precision.FP32
+    assert precision_for(host(), dtype="int8") is Precision.INT8
+    assert precision_for(host(), dtype="float16") is Precision.FP16
+    assert precision_for(NVIDIA) is Precision.FP16
+    assert precision_for(NVIDIA, device="cuda", dtype="float32") is Precision.FP32
+    assert precision_for(NVIDIA, dtype="int8") is Precision.INT8  # auto lands on the CPU
+    with pytest.raises(ProviderError, match="onnxruntime-gpu"):
+        precision_for(host(), device="cuda")
+    with pytest.raises(ProviderError, match="int8"):
+        precision_for(NVIDIA, device="cuda", dtype="int8")

@@ -4,6 +4,7 @@ tests/e2e/test_first_start_options.py restarts a real server on a re-saved check
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 import tei_export.fingerprint
 from support.imports import hide_package
+from tei_runtime.manifest import Precision
 from tei_serve import model_source
 from tei_serve.export_record import ExportRecord, read_record, record_path, why_stale
 
@@ -22,17 +24,25 @@ SHA_B = "b" * 40
 
 
 class FakeExporter:
-    """Stands in for tei_export.api.export_model: counts exports and what they were asked."""
+    """Stands in for tei_export.api.export_model: counts exports and what they were asked,
+    and writes a manifest listing the precisions asked for (every one by default)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.overwrites: list[bool] = []
+        self.precisions: list[list[str] | None] = []
         monkeypatch.setattr(model_source, "export", self)
 
-    def __call__(self, model: str, out: Path, *, overwrite: bool = False, **_: Any) -> Path:
+    def __call__(
+        self, model: str, out: Path, *, overwrite: bool = False,
+        precisions: list[str] | None = None, **_: Any,
+    ) -> Path:  # fmt: skip
         assert overwrite == out.exists()  # the exporter refuses an existing folder otherwise
         self.overwrites.append(overwrite)
+        self.precisions.append(precisions)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "manifest.json").write_text("{}")
+        written = precisions or ["fp32", "fp16", "int8"]
+        variants = [{"precision": p, "file": f"model.{p}.onnx"} for p in written]
+        (out / "manifest.json").write_text(json.dumps({"variants": variants}))
         return out
 
 
@@ -183,3 +193,68 @@ def test_read_only_cache_serves_its_export(
         assert model_source.resolve(str(checkpoint), cache_dir=str(cache))[0] == out
     assert exporter.overwrites == [False]
     assert "read-only" in caplog.text and "the checkpoint changed since" in caplog.text
+
+
+def test_a_start_exports_the_precision_it_runs_and_a_later_one_adds_its_own(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """The default CPU start needs fp32 only; a later --dtype int8 start exports again with
+    int8 added and fp32 kept, so the first server's graph is still there for its restarts."""
+    exporter = FakeExporter(monkeypatch)
+    cache = str(tmp_path / "hub")
+    fp32, int8 = [Precision.FP32], [Precision.INT8]
+    out, _ = model_source.resolve(str(checkpoint), cache_dir=cache, precisions=fp32)
+    assert exporter.precisions == [["fp32"]]
+    assert model_source.exported_precisions(out) == {Precision.FP32}
+    model_source.resolve(str(checkpoint), cache_dir=cache, precisions=fp32)
+    assert exporter.overwrites == [False]
+
+    with caplog.at_level(logging.WARNING, logger="tei_serve"):
+        again, _ = model_source.resolve(str(checkpoint), cache_dir=cache, precisions=int8)
+    assert again == out and exporter.overwrites == [False, True]
+    assert exporter.precisions[-1] == ["fp32", "int8"]
+    assert "it has no int8 variant" in caplog.text
+    for wanted in (fp32, int8, None):  # None: whatever it holds serves (an artifact does)
+        model_source.resolve(str(checkpoint), cache_dir=cache, precisions=wanted)
+    assert exporter.overwrites == [False, True]
+
+
+def test_an_export_made_again_keeps_every_precision_it_had(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exporter = FakeExporter(monkeypatch)
+    cache = str(tmp_path / "hub")
+    model_source.resolve(str(checkpoint), cache_dir=cache)  # every variant
+    _save_again(checkpoint)
+    out, _ = model_source.resolve(str(checkpoint), cache_dir=cache, precisions=[Precision.FP16])
+    assert exporter.precisions == [None, ["fp32", "fp16", "int8"]]
+    assert model_source.exported_precisions(out) == set(Precision)
+
+
+def test_a_read_only_cache_without_the_precision_serves_what_it_has(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """The load then names the missing variant (tei_runtime's ProviderError)."""
+    exporter = FakeExporter(monkeypatch)
+    cache = tmp_path / "hub"
+    fp32 = [Precision.FP32]
+    out, _ = model_source.resolve(str(checkpoint), cache_dir=str(cache), precisions=fp32)
+    monkeypatch.setattr(
+        model_source.os, "access", lambda path, mode: Path(path) != cache / "tei-onnx"
+    )
+    with caplog.at_level(logging.WARNING, logger="tei_serve"):
+        served, _ = model_source.resolve(
+            str(checkpoint), cache_dir=str(cache), precisions=[Precision.INT8]
+        )
+    assert served == out and exporter.overwrites == [False]
+    assert "read-only" in caplog.text and "no int8 variant" in caplog.text
+
+
+def test_a_manifest_that_cannot_be_read_names_no_precisions(tmp_path: Path) -> None:
+    assert model_source.exported_precisions(tmp_path) is None
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert model_source.exported_precisions(tmp_path) is None
+    (tmp_path / "manifest.json").write_text('{"variants": [{"precision": "fp8"}]}')
+    assert model_source.exported_precisions(tmp_path) == frozenset()
