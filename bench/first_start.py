@@ -55,28 +55,32 @@ def time_to_healthy(cache: Path, port: int, flags: Sequence[str], timeout_s: flo
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     env.pop("HUGGINGFACE_HUB_CACHE", None)  # it would win over HF_HUB_CACHE, as in TEI
     cmd = [tei_serve(), "--port", str(port), "--prometheus-port", "0", *flags]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    return time.perf_counter() - start
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                raise StartError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
-            if time.perf_counter() - start > timeout_s:
-                raise StartError(f"{' '.join(cmd)} not healthy after {timeout_s:.0f} s")
-            time.sleep(POLL_S)
-    finally:
-        proc.terminate()
+    # Its log goes to a file, not a pipe: an export's progress would fill a pipe nobody reads.
+    with tempfile.TemporaryFile() as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            while True:
+                try:
+                    health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                    if health.status_code == 200:
+                        return time.perf_counter() - start
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None:
+                    log.seek(0)
+                    err = log.read().decode(errors="replace")
+                    raise StartError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
+                if time.perf_counter() - start > timeout_s:
+                    raise StartError(f"{' '.join(cmd)} not healthy after {timeout_s:.0f} s")
+                time.sleep(POLL_S)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def run_round(port: int, timeout_s: float) -> list[float]:

@@ -40,7 +40,7 @@ from tei_serve.log_filter import parse_log_filter
 from tei_serve.low_ports import prepare_bind
 from tei_serve.metrics_port import MetricsPortError
 from tei_serve.model import Input, ServedModel
-from tei_serve.model_source import ExportOptions, ModelSourceError, resolve
+from tei_serve.model_source import ExportOptions, ModelSourceError, held_while_read, resolve
 from tei_serve.models import LoadedModel, Models, build_models
 from tei_serve.observe import RequestSpan
 from tei_serve.serving import Serving
@@ -170,22 +170,25 @@ def load_model(
     )
     from tei_runtime.manifest import read_manifest
 
-    manifest = read_manifest(artifact)
-    check_artifact_matches(model_id, manifest, options)
-    check_limits(settings, manifest.max_input_length, model_id)
-    model = tei_runtime.load(
-        artifact,
-        device=settings.device,
-        dtype=dtype,
-        intra_op_threads=intra_op_threads or settings.intra_op_threads,
-        max_batch_tokens=settings.max_batch_tokens,
-        cache_dir=None,
-        host=host,
-        # TEI cuts the model's length to the batch budget (check_limits allowed it).
-        max_input_length=settings.max_batch_tokens,
+    with held_while_read(artifact):
+        manifest = read_manifest(artifact)
+        check_artifact_matches(model_id, manifest, options)
+        check_limits(settings, manifest.max_input_length, model_id)
         # As TEI, --pooling overrides an embedder's pooling and means nothing to a head.
-        pooling=settings.pooling_of(index) if manifest.task in (Task.EMBED, Task.SPARSE) else None,
-    )
+        embeds = manifest.task in (Task.EMBED, Task.SPARSE)
+        pooling = settings.pooling_of(index) if embeds else None
+        model = tei_runtime.load(
+            artifact,
+            device=settings.device,
+            dtype=dtype,
+            intra_op_threads=intra_op_threads or settings.intra_op_threads,
+            max_batch_tokens=settings.max_batch_tokens,
+            cache_dir=None,
+            host=host,
+            # TEI cuts the model's length to the batch budget (check_limits allowed it).
+            max_input_length=settings.max_batch_tokens,
+            pooling=pooling,
+        )
     return model, model_id
 
 

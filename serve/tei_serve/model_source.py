@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import importlib.util
@@ -25,7 +26,7 @@ import multiprocessing
 import os
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -154,8 +155,7 @@ def _missing_precisions(artifact: Path, wanted: Sequence[Precision] | None) -> s
     missing = [p.value for p in wanted or () if p not in have]
     if not missing:
         return None
-    names = " or ".join(missing)
-    return f"it has no {names} variant, which this start runs (those it has are kept)"
+    return f"it has no {' or '.join(missing)} variant, which this start runs"
 
 
 def precisions_to_export(artifact: Path, wanted: Sequence[Precision] | None) -> list[str] | None:
@@ -166,6 +166,24 @@ def precisions_to_export(artifact: Path, wanted: Sequence[Precision] | None) -> 
     have = exported_precisions(artifact) if (artifact / MANIFEST_NAME).is_file() else None
     union = set(wanted) | set(have or ())
     return [p.value for p in Precision if p in union]
+
+
+@contextlib.contextmanager
+def held_while_read(artifact: Path) -> Iterator[None]:
+    """Hold a cached export's lock shared while a start reads it: another start adding a
+    precision replaces the folder under the lock held exclusively, so a read waits for that
+    to end instead of meeting the old manifest and the new files. Folders outside the cache
+    (no lock file beside them, or one this user cannot open) are read as they are."""
+    try:
+        handle = artifact.with_name(f"{artifact.name}.lock").open("rb")
+    except OSError:
+        handle = None
+    if handle is None:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        yield
 
 
 def _readable(path: Path) -> None:
@@ -236,6 +254,13 @@ def resolve(
     current = current_record(name, revision=revision, token=token, cache_dir=cache_dir)
     stale = _reason_to_export(out, current, precisions)
     if stale is None:
+        return out, reported
+    if stale and current is None:
+        # A serving-only install lacking the precision asked for: the load says which it has.
+        log.warning(
+            "serving %s as exported earlier, though %s: this install has no exporter (the "
+            "`export` extra) to export it again", out, stale,
+        )  # fmt: skip
         return out, reported
     if stale and not os.access(root, os.W_OK):
         # A cache mounted read-only (air-gapped sites pre-populate it): serve what it holds.
@@ -321,8 +346,8 @@ def _reason_to_export(
     can be served. Without the exporter installed (current is None) any cached export is."""
     if not (out / MANIFEST_NAME).is_file():
         return ""
-    if current is None:
-        return None
+    if current is None:  # nothing could export it again; only a missing precision is said
+        return _missing_precisions(out, precisions)
     return why_stale(read_record(out), current) or _missing_precisions(out, precisions)
 
 

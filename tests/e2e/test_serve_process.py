@@ -26,6 +26,8 @@ import pytest
 
 import tei_runtime
 from support.processes import free_port
+from tei_runtime.host import probe
+from tei_runtime.loader import precision_for
 from tei_runtime.manifest import Precision
 from tei_serve import model_source
 
@@ -105,8 +107,9 @@ def test_default_model_export_curl_reuse_and_sigterm(
     direct = tei_runtime.load(artifacts[0].parent).embed(["What is Deep Learning?"])
     assert served.shape == (1, 384)
     assert np.allclose(served, direct, atol=1e-5)
-    # A CPU start with the default dtype exports the one precision it runs.
-    assert model_source.exported_precisions(artifacts[0].parent) == {Precision.FP32}
+    # A start with the default dtype exports the one precision it runs (fp32 on a CPU).
+    runs = precision_for(probe())
+    assert model_source.exported_precisions(artifacts[0].parent) == {runs}
 
     first.proc.send_signal(signal.SIGTERM)
     logs = first.logs()
@@ -123,15 +126,12 @@ def test_default_model_export_curl_reuse_and_sigterm(
     assert access["span"]["compute_tokens"] > 0
     assert re.fullmatch(r"\d+(\.\d+)?(s|ms|µs|ns)", access["span"]["total_time"])
 
-    # Second start, in int8: exported again with int8 added (fp32 kept); SIGTERM with
-    # requests in flight.
+    # Second start, in int8: exported again with int8 added (the first one's kept); SIGTERM
+    # with requests in flight.
     second = Process(cache, "--dtype", "int8")
     processes.append(second)
     _wait(second.healthy, timeout=300, proc=second.proc)
-    assert model_source.exported_precisions(artifacts[0].parent) == {
-        Precision.FP32,
-        Precision.INT8,
-    }
+    assert model_source.exported_precisions(artifacts[0].parent) == {runs, Precision.INT8}
     statuses: list[int] = []
     lock = threading.Lock()
 
@@ -169,7 +169,7 @@ def test_default_model_export_curl_reuse_and_sigterm(
     messages = [e["message"] for e in third.logs()]
     assert third.proc.returncode == 0
     assert not any(m.startswith("exporting ") for m in messages)
-    assert any("variant=fp32" in m for m in messages if m.startswith("ready: "))
+    assert any(f"variant={runs.value}" in m for m in messages if m.startswith("ready: "))
 
 
 def test_sigterm_while_exporting_stops_at_once_and_leaves_nothing(

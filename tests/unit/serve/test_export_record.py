@@ -236,7 +236,9 @@ def test_a_read_only_cache_without_the_precision_serves_what_it_has(
     tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    """The load then names the missing variant (tei_runtime's ProviderError)."""
+    """Served as it is with a warning naming the folder and the precision; the load then
+    fails for an explicit --dtype (ProviderError: the variants it has) or runs the best one it
+    has for auto."""
     exporter = FakeExporter(monkeypatch)
     cache = tmp_path / "hub"
     fp32 = [Precision.FP32]
@@ -258,3 +260,24 @@ def test_a_manifest_that_cannot_be_read_names_no_precisions(tmp_path: Path) -> N
     assert model_source.exported_precisions(tmp_path) is None
     (tmp_path / "manifest.json").write_text('{"variants": [{"precision": "fp8"}]}')
     assert model_source.exported_precisions(tmp_path) == frozenset()
+
+
+def test_an_install_without_the_exporter_lacking_the_precision_says_so(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    FakeExporter(monkeypatch)
+    cache = str(tmp_path / "hub")
+    out, _ = model_source.resolve(str(checkpoint), cache_dir=cache, precisions=[Precision.FP32])
+    hide_package(monkeypatch, "torch")
+    monkeypatch.setattr(model_source, "export", None)  # never called
+    with caplog.at_level(logging.WARNING, logger="tei_serve"):
+        served, _ = model_source.resolve(
+            str(checkpoint), cache_dir=cache, precisions=[Precision.INT8]
+        )
+    assert served == out
+    assert "no int8 variant" in caplog.text and "no exporter" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tei_serve"):
+        model_source.resolve(str(checkpoint), cache_dir=cache, precisions=[Precision.FP32])
+    assert caplog.text == ""

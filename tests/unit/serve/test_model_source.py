@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import subprocess
 import sys
@@ -10,13 +11,16 @@ from typing import Any
 
 import pytest
 
+import tei_runtime.host
 from support.imports import hide_package
 from tei_runtime import manifest as manifest_module
-from tei_runtime.manifest import Task
+from tei_runtime.errors import ProviderError
+from tei_runtime.host import Host
+from tei_runtime.manifest import Precision, Task
 from tei_serve import cli, model_source
 from tei_serve.cli import check_limits
 from tei_serve.export_record import write_record
-from tei_serve.model_source import ExportOptions
+from tei_serve.model_source import ExportOptions, ModelSourceError
 from tei_serve.settings import Settings, SettingsError, load_settings
 
 
@@ -359,3 +363,50 @@ def test_offline_a_stale_export_of_a_hub_id_is_served_with_a_warning(
                         lambda *_, **__: ExportRecord(exporter="1" * 16, source="abc"))  # fmt: skip
     model_source.resolve("acme/minilm", cache_dir=str(cache))
     assert again == [True]
+
+
+def test_each_model_asks_the_export_for_the_precision_its_dtype_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first-start export of every --model-id names the one precision its own --dtype
+    picks on this host (a CPU here: auto is fp32)."""
+    asked: list[object] = []
+
+    def fake_resolve(model_id: str | None, **kw: Any) -> tuple[Path, str]:
+        asked.append(kw["precisions"])
+        raise ModelSourceError("stop before the load")
+
+    monkeypatch.setattr(cli, "resolve", fake_resolve)
+    cpu_only = Host(providers=("CPUExecutionProvider",), cpu_count=2, affinity_cores=2)
+    monkeypatch.setattr(tei_runtime.host, "probe", lambda: cpu_only)
+    settings = load_settings(["--model-id", "a", "b", "--dtype", "auto", "int8"], env={})
+    for index, wanted in enumerate(("a", "b")):
+        with pytest.raises(ModelSourceError, match="stop before the load"):
+            cli.load_model(settings, wanted, index=index)
+    assert asked == [[Precision.FP32], [Precision.INT8]]
+
+
+def test_flags_this_host_cannot_run_fail_before_any_export(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "resolve", lambda *_, **__: pytest.fail("no resolve, no export"))
+    settings = load_settings(["--model-id", "org/model", "--device", "cuda"], env={})
+    with pytest.raises(ProviderError, match="onnxruntime-gpu"):
+        cli.load_model(settings)
+
+
+def test_a_read_holds_the_lock_that_an_export_takes(tmp_path: Path) -> None:
+    """A start reading a cached export holds its lock shared; an export replacing the folder
+    takes it exclusively, so it waits until the read is over."""
+    artifact = tmp_path / "model-0123"
+    artifact.mkdir()
+    lock = tmp_path / "model-0123.lock"
+    lock.write_text("")
+    with lock.open("w") as writer:
+        with model_source.held_while_read(artifact), pytest.raises(BlockingIOError):
+            fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the read is over
+        fcntl.flock(writer, fcntl.LOCK_UN)
+    elsewhere = tmp_path / "an-artifact-folder"  # no lock beside it: read as it is
+    with model_source.held_while_read(elsewhere):
+        pass
