@@ -196,14 +196,16 @@ def decode(body: bytes, type_: type[T], *, nested_in: int = 0) -> T:
     recursion limit) answers 400; JSON of the wrong shape (a wrong type, a missing field, a
     number out of its field's range, a known field given twice) 422, as axum's `Json` does
     with serde. `nested_in`: how deep inside the request's body this value sits (a /vertex
-    instance: 2), which serde's depth limit counts too.
+    instance: 2), which serde's depth limit counts too; such a value's shape errors carry no
+    axum prefix (TEI decodes an instance with serde_json itself and answers serde's message).
     """
+    shape = f"{_SHAPE}: " if nested_in == 0 else ""
     try:
         value: T = DECODERS[type_].decode(body)
     except msgspec.ValidationError as e:
         if str(e).startswith(_FLOAT_OVERFLOW):  # serde_json's NumberOutOfRange: syntax, 400
             raise BodyError(f"{_SYNTAX}: {e}", status=400) from e
-        raise BodyError(f"{_SHAPE}: {e}") from e
+        raise BodyError(f"{shape}{e}") from e
     except msgspec.DecodeError as e:
         raise BodyError(f"{_SYNTAX}: {_syntax_detail(body, e)}", status=400) from e
     except RecursionError as e:
@@ -221,7 +223,7 @@ def decode(body: bytes, type_: type[T], *, nested_in: int = 0) -> T:
         raise BodyError(f"{_SYNTAX}: recursion limit exceeded", status=400)
     duplicate = _duplicate_field(body, KEY_PATTERNS[type_], FIELD_NAMES[type_])
     if duplicate is not None:
-        raise BodyError(f"{_SHAPE}: duplicate field `{duplicate}`")
+        raise BodyError(f"{shape}duplicate field `{duplicate}`")
     return value
 
 

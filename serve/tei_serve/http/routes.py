@@ -63,7 +63,7 @@ from tei_serve.http.protocol import (
     parse_inputs,
     parse_predict_inputs,
 )
-from tei_serve.metrics import CONTENT_TYPE, Family, Method
+from tei_serve.metrics import Family, Method
 from tei_serve.models import Models
 from tei_serve.observe import R, observed
 from tei_serve.routing import Route
@@ -482,9 +482,10 @@ def build_routes(front: Serving | Models) -> list[HTTPRouteHandler]:
 
     @route("/metrics", http_method=GET_HEAD)
     async def metrics() -> Response[bytes]:
-        # Litestar appends the charset to a text/* media type itself.
-        return Response(content=models.families.render(),
-                        media_type=CONTENT_TYPE.removesuffix("; charset=utf-8"))  # fmt: skip
+        # TEI's route returns a String: axum's `text/plain; charset=utf-8`, no format version
+        # (the --prometheus-port listener's header is metrics.CONTENT_TYPE). Litestar appends
+        # the charset.
+        return Response(content=models.families.render(), media_type="text/plain")
 
     return [
         embed, embed_all, embed_sparse, openai_embed, similarity, predict, rerank, invocations,
