@@ -30,7 +30,7 @@ import uvicorn
 
 from tei_runtime.backend import output_for_task
 from tei_runtime.errors import TeiRuntimeError
-from tei_runtime.manifest import Manifest, Task
+from tei_runtime.manifest import Manifest, Precision, Task
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
 from tei_serve.dual_stack import dual_stack_listener
@@ -146,10 +146,12 @@ def load_model(
     intra_op_threads: int | None = None,
     options: ExportOptions | None = None,
     index: int = 0,
+    shared_with: Sequence[Precision] = (),
 ) -> tuple[Model, str]:
     """Resolve and load one model (`model_id`, default the first --model-id) with the flags of
     the index-th --model-id; `options` are what it is exported with on first start (default:
-    that model's flags)."""
+    that model's flags), with the precision it runs and `shared_with` (those other
+    --model-id entries of the same checkpoint run)."""
     import tei_runtime
     from tei_runtime.host import probe
     from tei_runtime.loader import precision_for
@@ -166,7 +168,7 @@ def load_model(
         token=settings.hf_token,
         cache_dir=settings.huggingface_hub_cache,
         options=options,
-        precisions=[precision],
+        precisions=[p for p in Precision if p is precision or p in shared_with],
     )
     from tei_runtime.manifest import read_manifest
 
@@ -263,9 +265,12 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
                 "--served-model-name"
             )
     loaded: list[tuple[Model, LoadedModel]] = []
+    shared = shared_precisions(settings, ids)
     for i, wanted in enumerate(ids):
         try:
-            model, model_id = load_model(settings, wanted, intra_op_threads=threads, index=i)
+            model, model_id = load_model(
+                settings, wanted, intra_op_threads=threads, index=i, shared_with=shared[i]
+            )
             warm_up(model, settings)
         except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
             if not several:
@@ -279,6 +284,31 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
                                           revision=settings.revision_of(i))))  # fmt: skip
     check_default_prompt_name(settings, [m for _, m in loaded])
     return loaded
+
+
+def shared_precisions(settings: Settings, ids: Sequence[str | None]) -> list[list[Precision]]:
+    """Per --model-id, the precisions the other --model-id entries exporting the same
+    checkpoint with the same flags (one cache folder) run, so that its first-start export
+    writes them all at once instead of once per precision. Flags a host cannot run give
+    nothing here: that model's own load says what is wrong."""
+    from tei_runtime.host import probe
+    from tei_runtime.loader import precision_for
+
+    if len(ids) < 2:
+        return [[] for _ in ids]
+    host = probe()
+    runs: list[Precision | None] = []
+    for i in range(len(ids)):
+        try:
+            dtype = settings.dtype_of(i) or "auto"
+            runs.append(precision_for(host, device=settings.device, dtype=dtype))
+        except TeiRuntimeError:
+            runs.append(None)
+    keys = [(ids[i], settings.revision_of(i), export_options(settings, i)) for i in range(len(ids))]
+    return [
+        [p for j, p in enumerate(runs) if p is not None and j != i and keys[j] == keys[i]]
+        for i in range(len(ids))
+    ]
 
 
 def check_default_prompt_name(settings: Settings, loaded: Sequence[LoadedModel]) -> None:

@@ -410,3 +410,35 @@ def test_a_read_holds_the_lock_that_an_export_takes(tmp_path: Path) -> None:
     elsewhere = tmp_path / "an-artifact-folder"  # no lock beside it: read as it is
     with model_source.held_while_read(elsewhere):
         pass
+
+
+def test_one_checkpoint_served_in_two_precisions_is_exported_once_with_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cpu_only = Host(providers=("CPUExecutionProvider",), cpu_count=2, affinity_cores=2)
+    monkeypatch.setattr(tei_runtime.host, "probe", lambda: cpu_only)
+    settings = load_settings(
+        ["--model-id", "org/a", "org/a", "org/b", "org/a", "--dtype", "float32", "int8",
+         "int8", "float16", "--served-model-name", "x", "y", "z", "w"],
+        env={},
+    )  # fmt: skip
+    ids = settings.model_ids
+    assert cli.shared_precisions(settings, ids) == [
+        [Precision.INT8, Precision.FP16], [Precision.FP32, Precision.FP16], [],
+        [Precision.FP32, Precision.INT8],
+    ]  # fmt: skip
+    other_flags = load_settings(
+        ["--model-id", "org/a", "org/a", "--dtype", "float32", "int8", "--pooling", "mean",
+         "cls"], env={},
+    )  # fmt: skip
+    assert cli.shared_precisions(other_flags, other_flags.model_ids) == [[], []]
+    asked: list[object] = []
+
+    def fake_resolve(model_id: str | None, **kw: Any) -> tuple[Path, str]:
+        asked.append(kw["precisions"])
+        raise ModelSourceError("stop before the load")
+
+    monkeypatch.setattr(cli, "resolve", fake_resolve)
+    with pytest.raises(ModelSourceError):
+        cli.load_model(settings, "org/a", index=1, shared_with=[Precision.FP32, Precision.FP16])
+    assert asked == [[Precision.FP32, Precision.FP16, Precision.INT8]]
