@@ -30,6 +30,7 @@ import uvicorn
 
 from tei_runtime.backend import output_for_task
 from tei_runtime.errors import TeiRuntimeError
+from tei_runtime.host import Host
 from tei_runtime.manifest import Manifest, Precision, Task
 from tei_runtime.model import Model
 from tei_runtime.packing import length_sorted_groups
@@ -147,11 +148,13 @@ def load_model(
     options: ExportOptions | None = None,
     index: int = 0,
     shared_with: Sequence[Precision] = (),
+    host: Host | None = None,
 ) -> tuple[Model, str]:
     """Resolve and load one model (`model_id`, default the first --model-id) with the flags of
     the index-th --model-id; `options` are what it is exported with on first start (default:
     that model's flags), with the precision it runs and `shared_with` (those other
-    --model-id entries of the same checkpoint run)."""
+    --model-id entries of the same checkpoint run); `host`: this host as probed (default:
+    probed here)."""
     import tei_runtime
     from tei_runtime.host import probe
     from tei_runtime.loader import precision_for
@@ -160,7 +163,7 @@ def load_model(
     dtype = settings.dtype_of(index) or "auto"
     # Before any export: flags this host cannot run fail here, not after minutes of work,
     # and a first start exports only the precision it loads.
-    host = probe()
+    host = host or probe()
     precision = precision_for(host, device=settings.device, dtype=dtype)
     artifact, model_id = resolve(
         model_id if model_id is not None else settings.model_id,
@@ -238,22 +241,23 @@ def served_name(model_id: str) -> str:
     return PurePosixPath(model_id.rstrip("/")).name or model_id
 
 
-def split_threads(settings: Settings, count: int) -> int | None:
+def split_threads(settings: Settings, count: int, host: Host) -> int | None:
     """Each model's intra-op threads: --intra-op-threads, else (several models) the usable
     cores divided among them, at least one each; None lets one model take every core."""
     if settings.intra_op_threads is not None or count == 1:
         return settings.intra_op_threads
-    from tei_runtime.host import probe
-
-    return max(1, probe().usable_cores // count)
+    return max(1, host.usable_cores // count)
 
 
 def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
     """Every --model-id loaded and warmed up, in order; `ModelLoadError` names the first
     that fails."""
     ids: Sequence[str | None] = settings.model_ids or (None,)
+    from tei_runtime.host import probe
+
     several = len(ids) > 1
-    threads = split_threads(settings, len(ids))
+    host = probe()  # once: it reads /proc and asks the loader for TensorRT's library
+    threads = split_threads(settings, len(ids), host)
     if several and not settings.served_model_names:
         # Default names come from the ids as given (a model is reported under the id it was
         # given), so a clash is known before minutes of loading; given names are checked
@@ -265,11 +269,12 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
                 "--served-model-name"
             )
     loaded: list[tuple[Model, LoadedModel]] = []
-    shared = shared_precisions(settings, ids)
+    shared = shared_precisions(settings, ids, host)
     for i, wanted in enumerate(ids):
         try:
             model, model_id = load_model(
-                settings, wanted, intra_op_threads=threads, index=i, shared_with=shared[i]
+                settings, wanted, intra_op_threads=threads, index=i, shared_with=shared[i],
+                host=host,
             )
             warm_up(model, settings)
         except (ModelSourceError, SettingsError, TeiRuntimeError) as e:
@@ -286,17 +291,17 @@ def load_models(settings: Settings) -> list[tuple[Model, LoadedModel]]:
     return loaded
 
 
-def shared_precisions(settings: Settings, ids: Sequence[str | None]) -> list[list[Precision]]:
+def shared_precisions(
+    settings: Settings, ids: Sequence[str | None], host: Host
+) -> list[list[Precision]]:
     """Per --model-id, the precisions the other --model-id entries exporting the same
     checkpoint with the same flags (one cache folder) run, so that its first-start export
     writes them all at once instead of once per precision. Flags a host cannot run give
     nothing here: that model's own load says what is wrong."""
-    from tei_runtime.host import probe
     from tei_runtime.loader import precision_for
 
     if len(ids) < 2:
         return [[] for _ in ids]
-    host = probe()
     runs: list[Precision | None] = []
     for i in range(len(ids)):
         try:

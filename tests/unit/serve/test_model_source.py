@@ -423,7 +423,7 @@ def test_one_checkpoint_served_in_two_precisions_is_exported_once_with_both(
         env={},
     )  # fmt: skip
     ids = settings.model_ids
-    assert cli.shared_precisions(settings, ids) == [
+    assert cli.shared_precisions(settings, ids, cpu_only) == [
         [Precision.INT8, Precision.FP16], [Precision.FP32, Precision.FP16], [],
         [Precision.FP32, Precision.INT8],
     ]  # fmt: skip
@@ -431,7 +431,7 @@ def test_one_checkpoint_served_in_two_precisions_is_exported_once_with_both(
         ["--model-id", "org/a", "org/a", "--dtype", "float32", "int8", "--pooling", "mean",
          "cls"], env={},
     )  # fmt: skip
-    assert cli.shared_precisions(other_flags, other_flags.model_ids) == [[], []]
+    assert cli.shared_precisions(other_flags, other_flags.model_ids, cpu_only) == [[], []]
     asked: list[object] = []
 
     def fake_resolve(model_id: str | None, **kw: Any) -> tuple[Path, str]:
