@@ -19,13 +19,18 @@ def test_table_has_a_row_per_start_and_a_column_per_round() -> None:
     assert lines[-1] == "| --dtype int8 again | 0.9 | 0.8 |"
 
 
+def _fake_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """tei-serve replaced by a Python script of BODY that never serves."""
+    script = tmp_path / "tei-serve"
+    script.write_text(f"#!{sys.executable}\n{body}\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(first_start, "tei_serve", lambda: str(script))
+
+
 def test_a_server_that_exits_is_an_error_with_its_stderr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = tmp_path / "tei-serve"
-    script.write_text(f"#!{sys.executable}\nimport sys\nsys.exit('no model here')\n")
-    script.chmod(0o755)
-    monkeypatch.setattr(first_start, "tei_serve", lambda: str(script))
+    _fake_server(tmp_path, monkeypatch, "import sys; sys.exit('no model here')")
     with pytest.raises(first_start.StartError, match="exited 1: no model here"):
         first_start.time_to_healthy(tmp_path, 1, (), timeout_s=30)
 
@@ -33,10 +38,7 @@ def test_a_server_that_exits_is_an_error_with_its_stderr(
 def test_a_server_that_never_answers_times_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = tmp_path / "tei-serve"
-    script.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
-    script.chmod(0o755)
-    monkeypatch.setattr(first_start, "tei_serve", lambda: str(script))
+    _fake_server(tmp_path, monkeypatch, "import time; time.sleep(60)")
     with pytest.raises(first_start.StartError, match="not healthy after 1 s"):
         first_start.time_to_healthy(tmp_path, 1, (), timeout_s=1)
 
