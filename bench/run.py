@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench import fastembed_dir, host_probe, report, servers
+from bench import fastembed_dir, host_probe, isa_mask, report, servers
 from bench.config import BIG, BIG_QUICK, FULL, QUICK, Sizes, engines, is_grpc, is_http
 from bench.flops import Measured, measure_peak, model_shape
 from bench.host_probe import HostProbe
@@ -92,6 +92,14 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None,
                    help=f"where <model>/ and summary.md go (default: {RESULTS}; with --quick: "
                    f"{QUICK_RESULTS}, kept out of git)")  # fmt: skip
+    p.add_argument(
+        "--isa-mask",
+        choices=isa_mask.MASKS,
+        default=None,
+        help="run everything as on an AVX2 + FMA host without AVX-512 or VNNI (bench/isa_mask.py: "
+        f"CPUID faulting; needs `cpuid_fault` and a C compiler); default --out: {RESULTS}/"
+        "isa-mask-<mask>",
+    )
     p.add_argument(
         "--no-profile",
         action="store_true",
@@ -507,7 +515,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _args(argv)
     keys, dtypes, wanted = checked_options(args)
+    if args.isa_mask is not None and os.environ.get(isa_mask.MARK) != args.isa_mask:
+        try:
+            isa_mask.exec_masked(args.isa_mask, [sys.executable, "-m", "bench", *argv], args.cache)
+        except isa_mask.MaskError as e:
+            print(f"bench: {e}", file=sys.stderr)
+            return 2
     out_dir: Path = args.out or (QUICK_RESULTS if args.quick else RESULTS)
+    if args.isa_mask is not None and args.out is None:
+        out_dir = out_dir / f"isa-mask-{args.isa_mask}"
     threads = cores()
     opts = Options(
         quick=args.quick,
