@@ -140,12 +140,14 @@ def _artifact(given: Path | None, checkpoint: Path, cache: Path, dtypes: list[st
         art = given
     else:
         stamp = exporter_fingerprint()
-        art = cache / "artifacts" / f"{checkpoint.name}-{stamp}-{variants.replace(',', '-')}"
+        art = cache / "artifacts" / f"{checkpoint.name}-{stamp}-{variants.replace(',', '-')}-plain"
     if not (art / "manifest.json").exists():
         exe = REPO / ".venv" / "bin" / "tei-export"
         print(f"bench: exporting {checkpoint} ({variants}) -> {art}", flush=True)
-        subprocess.run([str(exe), str(checkpoint), str(art), "--variants", variants, "--quiet"],
-                       check=True, env=clean_env())  # fmt: skip
+        # --plain-graphs: the runtime-plain-* engines run the plain graphs on any host; the
+        # runtime's own pick (runtime-fp32, the servers) is what a default export gives.
+        subprocess.run([str(exe), str(checkpoint), str(art), "--variants", variants,
+                        "--plain-graphs", "--quiet"], check=True, env=clean_env())  # fmt: skip
     return art
 
 

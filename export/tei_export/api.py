@@ -168,6 +168,7 @@ def export_model(
     external_data: bool = False,
     dense_path: str | None = None,
     adapter: str | None = None,
+    plain_graphs: bool = False,
 ) -> Path:
     """Export MODEL (a folder or hub id) into the artifact folder OUTPUT_DIR and return it.
 
@@ -179,6 +180,9 @@ def export_model(
     adapter merged into the weights of a checkpoint that has some (jina-embeddings-v3:
     retrieval.query, retrieval.passage, separation, classification, text-matching; default:
     none, the base weights), and its task instruction becomes the default prompt.
+    `plain_graphs` also writes the plain traced graph (fp32, and int8 when int8 is written)
+    where the model card names no CPU class for it: no host loads it unless asked
+    (`load(graph="plain")`), which is how a host class nobody measured compares the two.
     """
     output_dir = Path(output_dir).resolve()
     created = _prepare_output(output_dir, overwrite)
@@ -238,6 +242,7 @@ def export_model(
                     source, output_dir, progress, task=task, pooling=pooling,
                     precisions=precisions, trust_remote_code=trust_remote_code, opset=opset,
                     external_data=external_data, dense_path=dense_path, overwrite=overwrite,
+                    plain_graphs=plain_graphs,
                 )  # fmt: skip
             except (ExportError, CardError) as e:
                 renamed = _naming_the_checkpoint(e, staged, checkpoint)
@@ -310,6 +315,7 @@ def _export(
     external_data: bool,
     dense_path: str | None,
     overwrite: bool,
+    plain_graphs: bool,
 ) -> Path:
     with progress.stage("plan", announce=False):
         checkpoint = read_checkpoint(source.path)
@@ -369,8 +375,9 @@ def _export(
     with staging_folder(output_dir, PARTIAL_TAG) as work:
         try:
             manifest = _build(
-                plan, source, checkpoint, work, progress, trust_remote_code, external_data
-            )
+                plan, source, checkpoint, work, progress, trust_remote_code, external_data,
+                plain_graphs,
+            )  # fmt: skip
             publish_tree(work)  # mkdtemp made it 0700: readable by the serving user too
             aside = _move_into_place(work, output_dir, overwrite)
         except BaseException:
@@ -427,6 +434,7 @@ def _build(
     progress: Progress,
     trust_remote_code: bool,
     force_external_data: bool,
+    plain_graphs: bool,
 ) -> Manifest:
     from tei_export.reference import load_module
     from tei_export.trace import trace
@@ -446,11 +454,16 @@ def _build(
         progress.note("weights go to one external <graph>.data file per variant")
     fp32 = work / "model.fp32.onnx"
     plain_cpus = plan.card.fusion.plain_graph_cpus
-    # A plain graph is built when fp32 names a class, and only where a wanted variant runs on
-    # it (fp16 alone, for GPUs, never does).
-    plain_wanted = bool(plain_cpus.fp32) and any(
-        plain_cpus.for_precision(p) for p in plan.precisions
-    )
+
+    def plain_of(precision: Precision) -> bool:
+        """Whether `precision` gets a plain graph: the card names a CPU class for it (or
+        plain_graphs asks for one); never fp16, which is for GPUs (fused attention)."""
+        if precision is Precision.FP16:
+            return False
+        return plain_graphs or bool(plain_cpus.for_precision(precision))
+
+    # The plain fp32 graph is also the source of the plain int8 one.
+    plain_wanted = any(plain_of(p) for p in plan.precisions)
     with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
         fused_counts = fuse.fuse(plan, raw, fp32, external_data=external_data)
         built = [
@@ -474,8 +487,8 @@ def _build(
         if wanted is Precision.FP32:
             continue
         for source_graph in [g for g in built if g.precision is Precision.FP32]:
-            if source_graph.graph is GraphForm.PLAIN and not plain_cpus.for_precision(wanted):
-                continue  # fp16 is for GPUs, which keep fused attention; int8 as measured
+            if source_graph.graph is GraphForm.PLAIN and not plain_of(wanted):
+                continue
             path = source_graph.path.with_name(
                 source_graph.path.name.replace("fp32", wanted.value)
             )

@@ -135,6 +135,14 @@ def parser() -> argparse.ArgumentParser:
         "(automatic over ~2 GB)",
     )
     p.add_argument(
+        "--plain-graphs",
+        action="store_true",
+        help="also write the plain traced graphs (fp32, int8), which onnxruntime fuses at "
+        "load, where the model card names no CPU class for them: `tei-runtime --print-host "
+        "--graph plain` and load(graph=\"plain\") can then run them to compare on this host "
+        "(default: only where the card measured them faster)",
+    )
+    p.add_argument(
         "--overwrite",
         action="store_true",
         help="replace OUTPUT_DIR if it is an earlier artifact (has manifest.json) or an empty "
@@ -197,6 +205,7 @@ def _export(args: argparse.Namespace, export_model: Callable[..., Path]) -> int:
             external_data=args.external_data,
             dense_path=args.dense_path,
             adapter=args.adapter,
+            plain_graphs=args.plain_graphs,
             quiet=args.quiet,
         )
     except (ExportError, CardError) as e:

@@ -92,7 +92,9 @@ class Variant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     graph: GraphForm = GraphForm.FUSED
     hosts: list[CpuClass] = msgspec.field(default_factory=list)
     """CPU classes on which this variant runs instead of its precision's default (measured
-    faster there); empty for the default, which every other host and every GPU runs."""
+    faster there); empty for the default, which every other host and every GPU runs, and for
+    a plain graph written to be compared (`tei-export --plain-graphs`), which runs only when
+    asked for."""
 
 
 class IoNames(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -202,8 +204,11 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             for v in found:
                 if cpu in v.hosts:
                     return v
+        # A plain graph no class was measured on (`tei-export --plain-graphs`) is there to be
+        # asked for, never the default.
         defaults = [v for v in found if not v.hosts]
-        return defaults[0] if defaults else found[0]
+        fused = [v for v in defaults if v.graph is GraphForm.FUSED]
+        return (fused or defaults or found)[0]
 
 
 class _VersionOnly(msgspec.Struct):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.tiny_models import build_checkpoint
+from tei_runtime.manifest import GraphForm, read_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -171,18 +172,23 @@ def test_existing_output_needs_overwrite(tmp_path: Path, tiny_bert: Path) -> Non
     out = tmp_path / "artifact"
     first = _cli(str(tiny_bert), str(out), "--variants", "fp32")
     assert first.returncode == 0, first.stderr
+    # bert.toml names no class for the plain graph: only the fused one.
+    assert sorted(p.name for p in out.glob("*.onnx")) == ["model.fp32.onnx"]
     manifest = (out / "manifest.json").read_bytes()
     second = _cli(str(tiny_bert), str(out), "--variants", "fp32")
     assert second.returncode == 1
     assert "--overwrite" in second.stderr
     assert (out / "manifest.json").read_bytes() == manifest
-    third = _cli(str(tiny_bert), str(out), "--variants", "fp32,int8", "--overwrite")
+    third = _cli(str(tiny_bert), str(out), "--variants", "fp32,int8", "--overwrite",
+                 "--plain-graphs")  # fmt: skip
     assert third.returncode == 0, third.stderr
     files = sorted(p.name for p in out.glob("*.onnx"))
-    # bert.toml adds the plain graphs for AVX2 hosts.
     assert files == [
         "model.fp32.onnx", "model.fp32.plain.onnx", "model.int8.onnx", "model.int8.plain.onnx"
     ]
+    # For no class: the fused graphs stay the default everywhere.
+    plain = [v for v in read_manifest(out).variants if v.graph is GraphForm.PLAIN]
+    assert [(v.name, v.hosts) for v in plain] == [("fp32-plain", []), ("int8-plain", [])]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]  # the old one removed
 
 

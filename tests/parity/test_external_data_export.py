@@ -73,7 +73,7 @@ def test_changed_external_data_is_refused_and_bundles_carry_it(tmp_path: Path) -
         tei_runtime.load(art, device="cpu").embed(TEXTS),
         atol=0,
     )
-    # The fused graph's data: the one a host outside bert.toml's plain_graph_cpus loads.
+    # The fused graph's data: the one every CPU class loads (bert.toml names none for plain).
     sidecar = art / "model.fp32.onnx.data"
     data = bytearray(sidecar.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -33,8 +33,11 @@ def cpu_host(features: tuple[str, ...]) -> Host:
     return Host(providers=("CPUExecutionProvider",), cpu_features=features)
 
 
-def with_plain_fp32(built: Built) -> Built:
-    """The artifact plus a second fp32 graph (a copy, so outputs agree) for AVX2 hosts."""
+def with_plain_fp32(
+    built: Built, hosts: tuple[CpuClass, ...] = (CpuClass.AVX2,), first: bool = False
+) -> Built:
+    """The artifact plus a second fp32 graph (a copy, so outputs agree) for `hosts`, listed
+    after the default graph or, `first`, before it."""
     shutil.copy(built.root / "model.fp32.onnx", built.root / "model.fp32.plain.onnx")
     default = built.manifest.variant(Precision.FP32)
     plain = msgspec.structs.replace(
@@ -43,9 +46,10 @@ def with_plain_fp32(built: Built) -> Built:
         file="model.fp32.plain.onnx",
         sha256=sha256_file(built.root / "model.fp32.plain.onnx"),
         graph=GraphForm.PLAIN,
-        hosts=[CpuClass.AVX2],
+        hosts=list(hosts),
     )
-    manifest = msgspec.structs.replace(built.manifest, variants=[*built.manifest.variants, plain])
+    variants = [plain, *built.manifest.variants] if first else [*built.manifest.variants, plain]
+    manifest = msgspec.structs.replace(built.manifest, variants=variants)
     (built.root / "manifest.json").write_bytes(encode_manifest(manifest))
     return Built(root=built.root, spec=built.spec, weights=built.weights, manifest=manifest)
 
@@ -61,6 +65,21 @@ def test_cpu_load_takes_the_graph_measured_for_its_class(
     model = tei_runtime.load(built.root, device="cpu", host=cpu_host(features))
     assert model.variant.file == file
     assert model.embed(["hello world"]).shape == (1, 8)
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_a_plain_graph_for_no_class_runs_only_when_asked(
+    make_artifact: ArtifactFactory, first: bool
+) -> None:
+    """`tei-export --plain-graphs` writes a plain graph the card measured on no class: every
+    host keeps the fused default, wherever the manifest lists it; graph="plain" runs it."""
+    built = with_plain_fp32(make_artifact(), hosts=(), first=first)
+    for features in (EPYC, XEON, ()):
+        model = tei_runtime.load(built.root, device="cpu", host=cpu_host(features))
+        assert model.variant.file == "model.fp32.onnx"
+    forced = tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC), graph="plain")
+    assert forced.variant.file == "model.fp32.plain.onnx"
+    assert read_manifest(built.root).variant(Precision.FP32, None).graph is GraphForm.FUSED
 
 
 def test_only_the_chosen_graph_is_verified(make_artifact: ArtifactFactory) -> None:
