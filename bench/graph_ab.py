@@ -26,6 +26,9 @@ import msgspec
 from bench.procs import clean_env, machine
 from bench.texts import make_pools
 
+REPO = Path(__file__).resolve().parent.parent
+"""Where `python -m bench.graph_ab --worker` finds the bench package."""
+
 
 class Shape(msgspec.Struct, frozen=True):
     batch: int
@@ -82,7 +85,7 @@ def worker() -> int:
 class Worker:
     def __init__(self, job: Job) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.graph_ab", "--worker"], env=clean_env(),
+            [sys.executable, "-m", "bench.graph_ab", "--worker"], env=clean_env(), cwd=REPO,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.variant = str(self._ask(msgspec.json.encode(job).decode())["variant"])

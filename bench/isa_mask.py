@@ -29,10 +29,20 @@ SOURCE = Path(__file__).with_name("isa_mask.c")
 MASKS = ("avx2",)
 MARK = "TEI_BENCH_ISA_MASK"
 """Set (to the mask's name) in the environment of everything run under the mask."""
+TAG = "[isa mask: avx2]"
+"""What the mask appends to /proc/cpuinfo's `model name` lines."""
+GLIBC_HWCAPS = "glibc.cpu.hwcaps=-AVX512F,-AVX512CD,-AVX512BW,-AVX512DQ,-AVX512VL"
+"""glibc reads CPUID before any preload runs: its own string functions are told here."""
 
 
 class MaskError(RuntimeError):
     """The mask cannot be built or used on this host."""
+
+
+def active(cpuinfo: str) -> bool:
+    """Whether this process reads the masked /proc/cpuinfo (the mask is loaded)."""
+    return any(line.startswith("model name") and line.rstrip().endswith(TAG)
+               for line in cpuinfo.splitlines())  # fmt: skip
 
 
 def has_cpuid_faulting(cpuinfo: str) -> bool:
@@ -46,7 +56,12 @@ def has_cpuid_faulting(cpuinfo: str) -> bool:
 def build(cache: Path) -> Path:
     """The mask's shared library, compiled into `cache` once per source text."""
     text = SOURCE.read_bytes()
-    lib = cache / "isa-mask" / f"isa_mask-{hashlib.sha256(text).hexdigest()[:12]}.so"
+    # Absolute: a relative LD_PRELOAD entry is ignored by processes started elsewhere (the
+    # infinity server runs from its own folder).
+    lib = cache.resolve() / "isa-mask" / f"isa_mask-{hashlib.sha256(text).hexdigest()[:12]}.so"
+    if any(c.isspace() or c == ":" for c in str(lib)):
+        raise MaskError(f"{lib}: LD_PRELOAD splits paths at spaces and colons; use a --cache "
+                        "path without them")  # fmt: skip
     if lib.exists():
         return lib
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -64,9 +79,11 @@ def build(cache: Path) -> Path:
 
 
 def masked_env(lib: Path, mask: str, env: dict[str, str]) -> dict[str, str]:
-    """`env` with the mask preloaded ahead of anything already in LD_PRELOAD."""
+    """`env` with the mask preloaded ahead of anything already in LD_PRELOAD, and glibc's
+    own CPU dispatch told the same."""
     preload = " ".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
-    return env | {"LD_PRELOAD": preload, MARK: mask}
+    tunables = ":".join(t for t in (env.get("GLIBC_TUNABLES", ""), GLIBC_HWCAPS) if t)
+    return env | {"LD_PRELOAD": preload, MARK: mask, "GLIBC_TUNABLES": tunables}
 
 
 def check_host(cpuinfo: str) -> None:

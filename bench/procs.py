@@ -60,9 +60,10 @@ def cpu_seconds(pid: int) -> float:
 def clean_env(**extra: str) -> dict[str, str]:
     """A minimal environment: tei-serve reads TEI's env names (HOSTNAME, PORT, MODEL_ID ...),
     and a shell's HOSTNAME would otherwise rebind the server; hubs are never reached."""
-    # LD_PRELOAD and its mark: `--isa-mask` (isa_mask.py) must reach every engine's process.
+    # LD_PRELOAD, GLIBC_TUNABLES and the mark: `--isa-mask` (isa_mask.py) must reach every
+    # engine's process.
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME", "USER", "LD_PRELOAD",
-            "TEI_BENCH_ISA_MASK")  # fmt: skip
+            "GLIBC_TUNABLES", "TEI_BENCH_ISA_MASK")  # fmt: skip
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
     env |= {"INFINITY_ANONYMOUS_USAGE_STATS": "0", "PYTHONUNBUFFERED": "1"}

@@ -24,7 +24,17 @@ import msgspec
 import numpy as np
 
 from bench import fastembed_dir, host_probe, isa_mask, report, servers
-from bench.config import BIG, BIG_QUICK, FULL, QUICK, Sizes, engines, is_grpc, is_http
+from bench.config import (
+    BIG,
+    BIG_QUICK,
+    FULL,
+    QUICK,
+    Sizes,
+    engines,
+    graph_of,
+    is_grpc,
+    is_http,
+)
 from bench.flops import Measured, measure_peak, model_shape
 from bench.host_probe import HostProbe
 from bench.http_client import HttpError, vectors
@@ -371,6 +381,16 @@ def checked_options(args: argparse.Namespace) -> tuple[list[str], list[str], lis
     wanted = args.engines.split(",") if args.engines else []
     if unknown := set(wanted) - set(engines(dtypes)):
         raise SystemExit(f"unknown engines {sorted(unknown)}; known: {engines(dtypes)}")
+    if args.artifact is not None and not _has_plain_graphs(args.artifact):
+        if forced := [e for e in wanted if graph_of(e) == "plain"]:
+            raise SystemExit(f"--artifact {args.artifact} has no plain graphs for {forced}: "
+                             "export it with `tei-export --plain-graphs`")  # fmt: skip
+        if not wanted:
+            wanted = [e for e in chosen_engines(MODELS[keys[0]], dtypes, [])
+                      if graph_of(e) != "plain"]  # fmt: skip
+            print(f"bench: --artifact {args.artifact} has no plain graphs (`tei-export "
+                  "--plain-graphs` writes them): the runtime-plain-* engines do not run",
+                  flush=True)  # fmt: skip
     lengths = args.lengths.split(",") if args.lengths else []
     for key in keys:
         timed_lengths(MODELS[key], lengths)
@@ -386,6 +406,11 @@ def checked_options(args: argparse.Namespace) -> tuple[list[str], list[str], lis
     elif args.device != "cpu":
         raise SystemExit(f"--device {args.device}: cpu or cuda")
     return keys, dtypes, wanted
+
+
+def _has_plain_graphs(artifact: Path) -> bool:
+    variants = msgspec.json.decode((artifact / "manifest.json").read_bytes())["variants"]
+    return any(v.get("graph") == "plain" for v in variants)
 
 
 def _positive_ints(text: str) -> tuple[int, ...]:
@@ -524,6 +549,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: {e}", file=sys.stderr)
             return 2
     out_dir: Path = args.out or (QUICK_RESULTS if args.quick else RESULTS)
+    if args.isa_mask is not None and not isa_mask.active(Path("/proc/cpuinfo").read_text()):
+        print(f"bench: {isa_mask.MARK} is set but the mask is not loaded (LD_PRELOAD="
+              f"{os.environ.get('LD_PRELOAD', '')!r}): refusing to write unmasked figures",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if args.isa_mask is not None and args.out is None:
         out_dir = out_dir / f"isa-mask-{args.isa_mask}"
     threads = cores()

@@ -48,12 +48,8 @@ def default_cache_dir() -> Path:
 
 def default_shas(manifest: Manifest) -> dict[Precision, str]:
     """Each precision's default graph's sha256 (host-specific graphs only run on CPUs, and
-    the sha keys GPU engine caches)."""
-    shas: dict[Precision, str] = {}
-    for v in manifest.variants:
-        if v.precision not in shas or not v.hosts:
-            shas[v.precision] = v.sha256
-    return shas
+    the sha keys GPU engine caches): the graph `Manifest.variant` gives a GPU."""
+    return {v.precision: manifest.variant(v.precision).sha256 for v in manifest.variants}
 
 
 def with_pooling(manifest: Manifest, pooling: str | None) -> Manifest:

@@ -30,10 +30,23 @@ def test_a_host_without_cpuid_faulting_is_refused() -> None:
 
 
 def test_the_mask_goes_ahead_of_an_earlier_preload() -> None:
-    earlier = {"LD_PRELOAD": "/x/jemalloc.so", "A": "1"}
+    earlier = {"LD_PRELOAD": "/x/jemalloc.so", "A": "1",
+               "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}  # fmt: skip
     env = isa_mask.masked_env(Path("/m/mask.so"), "avx2", earlier)
-    assert env == {"LD_PRELOAD": "/m/mask.so /x/jemalloc.so", "A": "1", isa_mask.MARK: "avx2"}
-    assert isa_mask.masked_env(Path("/m.so"), "avx2", {})["LD_PRELOAD"] == "/m.so"
+    assert env == {
+        "LD_PRELOAD": "/m/mask.so /x/jemalloc.so",
+        "A": "1",
+        isa_mask.MARK: "avx2",
+        "GLIBC_TUNABLES": f"glibc.malloc.arena_max=2:{isa_mask.GLIBC_HWCAPS}",
+    }
+    alone = isa_mask.masked_env(Path("/m.so"), "avx2", {})
+    assert alone["LD_PRELOAD"] == "/m.so"
+    assert alone["GLIBC_TUNABLES"] == isa_mask.GLIBC_HWCAPS
+
+
+def test_the_mask_is_active_only_where_cpuinfo_carries_its_tag() -> None:
+    assert isa_mask.active("processor\t: 0\nmodel name\t: AMD EPYC [isa mask: avx2]\n")
+    assert not isa_mask.active("model name\t: AMD EPYC\nflags\t: [isa mask: avx2]\n")
 
 
 def test_a_compiler_that_fails_is_an_error_with_its_words(
@@ -51,6 +64,11 @@ def test_a_compiler_that_fails_is_an_error_with_its_words(
 def test_an_unknown_mask_is_refused(tmp_path: Path) -> None:
     with pytest.raises(isa_mask.MaskError, match="unknown ISA mask 'sse2'"):
         isa_mask.exec_masked("sse2", ["true"], tmp_path)
+
+
+def test_a_cache_path_the_preload_would_split_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(isa_mask.MaskError, match="spaces and colons"):
+        isa_mask.build(tmp_path / "my cache")
 
 
 def _masked_lib(tmp_path: Path) -> Path:
@@ -84,7 +102,35 @@ def test_under_the_mask_cpuinfo_and_cpuid_show_an_avx2_host(tmp_path: Path) -> N
     assert done.stdout.split() == ["avx2", "False", "False", "True", "True", "True", "True"]
 
 
+def test_the_library_path_is_absolute_whatever_the_cache_was_given_as(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _masked_lib(tmp_path / "first")  # skips where the mask cannot run
+    monkeypatch.chdir(tmp_path)
+    lib = isa_mask.build(Path("relative-cache"))
+    assert lib.is_absolute() and lib.is_file()
+
+
 def test_a_real_crash_under_the_mask_still_crashes(tmp_path: Path) -> None:
     lib = _masked_lib(tmp_path)
     done = _run_masked(lib, "import ctypes; ctypes.string_at(0)")
     assert done.returncode == -11  # SIGSEGV, not a hang or a handled return
+    killed = _run_masked(lib, "import os, signal, time; os.kill(os.getpid(), signal.SIGSEGV); "
+                              "time.sleep(5); print('survived')")  # fmt: skip
+    assert killed.returncode == -11 and "survived" not in killed.stdout
+
+
+def test_a_process_with_its_own_sigsegv_handler_keeps_both(tmp_path: Path) -> None:
+    """Python's faulthandler (pytest turns it on) installs a SIGSEGV handler: CPUID stays
+    masked, and a real crash still reaches faulthandler, which prints and dies."""
+    lib = _masked_lib(tmp_path)
+    code = ("import faulthandler; faulthandler.enable()\n"
+            "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
+            "print(f['AVX512F'], f['AVX2'])\n")  # fmt: skip
+    done = _run_masked(lib, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+    crash = _run_masked(lib, "import faulthandler, ctypes; faulthandler.enable(); "
+                             "ctypes.string_at(0)")  # fmt: skip
+    assert crash.returncode == -11
+    assert "Fatal Python error: Segmentation fault" in crash.stderr

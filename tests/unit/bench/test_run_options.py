@@ -50,3 +50,29 @@ def test_aliases_and_repeats_are_folded() -> None:
     args = run._args(["--models", "minilm,minilm", "--dtypes", "fp32,float32,int8"])
     keys, dtypes, wanted = run.checked_options(args)
     assert (keys, dtypes, wanted) == (["minilm"], ["float32", "int8"], [])
+
+
+def _artifact_without_plain_graphs(tmp_path: Path) -> Path:
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "manifest.json").write_text('{"variants": [{"name": "fp32", "precision": "fp32"}]}')
+    return art
+
+
+def test_an_artifact_without_plain_graphs_leaves_out_the_plain_engines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    art = _artifact_without_plain_graphs(tmp_path)
+    _, _, wanted = run.checked_options(run._args(["--models", "minilm", "--artifact", str(art)]))
+    assert wanted and "runtime-fused-fp32" in wanted and "serve-fp32" in wanted
+    assert not [e for e in wanted if "plain" in e]
+    assert "has no plain graphs" in capsys.readouterr().out
+
+
+def test_plain_engines_asked_of_an_artifact_without_plain_graphs_are_refused(
+    tmp_path: Path,
+) -> None:
+    art = _artifact_without_plain_graphs(tmp_path)
+    argv = ["--models", "minilm", "--artifact", str(art), "--engines", "st,runtime-plain-int8"]
+    with pytest.raises(SystemExit, match=r"no plain graphs for \['runtime-plain-int8'\]"):
+        run.checked_options(run._args(argv))

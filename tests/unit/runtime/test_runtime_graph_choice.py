@@ -79,7 +79,11 @@ def test_a_plain_graph_for_no_class_runs_only_when_asked(
         assert model.variant.file == "model.fp32.onnx"
     forced = tei_runtime.load(built.root, device="cpu", host=cpu_host(EPYC), graph="plain")
     assert forced.variant.file == "model.fp32.plain.onnx"
-    assert read_manifest(built.root).variant(Precision.FP32, None).graph is GraphForm.FUSED
+    manifest = read_manifest(built.root)
+    assert manifest.variant(Precision.FP32, None).graph is GraphForm.FUSED
+    # GPU engine caches are keyed by the graph a GPU runs: the fused one.
+    assert default_shas(manifest)[Precision.FP32] == manifest.variant(Precision.FP32).sha256
+    assert manifest.variant(Precision.FP32).file == "model.fp32.onnx"
 
 
 def test_only_the_chosen_graph_is_verified(make_artifact: ArtifactFactory) -> None:
