@@ -222,7 +222,10 @@ static int masked_fd(void) {
 
 typedef int (*openat_fn)(int, const char *, int, ...);
 
-static int real_openat(int dirfd, const char *path, int flags, mode_t mode) {
+/* Every open below: the masked copy for /proc/cpuinfo, else the real file (a raw syscall, as
+ * this library replaces libc's open). */
+static int open_at(int dirfd, const char *path, int flags, mode_t mode) {
+    if (masked_cpuinfo && is_cpuinfo(path)) return masked_fd();
     return (int)syscall(SYS_openat, dirfd, path, flags, mode);
 }
 
@@ -235,17 +238,7 @@ int openat(int dirfd, const char *path, int flags, ...) {
     va_start(ap, flags);
     mode_t mode = mode_arg(flags, ap);
     va_end(ap);
-    if (masked_cpuinfo && is_cpuinfo(path)) return masked_fd();
-    return real_openat(dirfd, path, flags, mode);
-}
-
-int openat64(int dirfd, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    if (masked_cpuinfo && is_cpuinfo(path)) return masked_fd();
-    return real_openat(dirfd, path, flags, mode);
+    return open_at(dirfd, path, flags, mode);
 }
 
 int open(const char *path, int flags, ...) {
@@ -253,32 +246,18 @@ int open(const char *path, int flags, ...) {
     va_start(ap, flags);
     mode_t mode = mode_arg(flags, ap);
     va_end(ap);
-    if (masked_cpuinfo && is_cpuinfo(path)) return masked_fd();
-    return real_openat(AT_FDCWD, path, flags, mode);
+    return open_at(AT_FDCWD, path, flags, mode);
 }
 
-int open64(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    if (masked_cpuinfo && is_cpuinfo(path)) return masked_fd();
-    return real_openat(AT_FDCWD, path, flags, mode);
-}
+/* glibc's fortified forms (no mode: they refuse O_CREAT without one). */
+int __open_2(const char *path, int flags) { return open_at(AT_FDCWD, path, flags, 0); }
+int __openat_2(int dirfd, const char *path, int flags) { return open_at(dirfd, path, flags, 0); }
 
-int __open_2(const char *path, int flags) {
-    if (masked_cpuinfo && is_cpuinfo(path)) return masked_fd();
-    return real_openat(AT_FDCWD, path, flags, 0);
-}
-
-int __open64_2(const char *path, int flags) { return __open_2(path, flags); }
-
-int __openat_2(int dirfd, const char *path, int flags) {
-    if (masked_cpuinfo && is_cpuinfo(path)) return masked_fd();
-    return real_openat(dirfd, path, flags, 0);
-}
-
-int __openat64_2(int dirfd, const char *path, int flags) { return __openat_2(dirfd, path, flags); }
+/* On x86-64 the 64-bit names are the same calls. */
+int openat64(int dirfd, const char *path, int flags, ...) __attribute__((alias("openat")));
+int open64(const char *path, int flags, ...) __attribute__((alias("open")));
+int __open64_2(const char *path, int flags) __attribute__((alias("__open_2")));
+int __openat64_2(int dirfd, const char *path, int flags) __attribute__((alias("__openat_2")));
 
 /* SIGSEGV stays ours: the process's own disposition is kept aside and called by forward(). */
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
