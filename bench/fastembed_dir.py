@@ -1,14 +1,18 @@
-"""fastembed's model folder for all-MiniLM-L6-v2, made locally (its hub download is impossible).
+"""fastembed's model folder for a BERT checkpoint, made locally (its hub download is impossible).
 
 fastembed's sentence-transformers/all-MiniLM-L6-v2 comes from the Qdrant/all-MiniLM-L6-v2-onnx
 repo: the plain traced ONNX graph of the transformers BertModel (inputs input_ids,
 attention_mask, token_type_ids; output last_hidden_state; no offline fusion) beside the hub
-checkpoint's config and tokenizer files. This makes the same thing from the bundled checkpoint:
-torch.onnx's TorchScript exporter, opset 17, dynamic batch and sequence axes. fastembed then
-loads it through `specific_model_path` with ORT_ENABLE_ALL (onnxruntime fuses at load), mean
-pools over the attention mask and normalizes (its PooledNormalizedEmbedding).
+checkpoint's config and tokenizer files. This makes the same thing from a checkpoint:
+torch.onnx's TorchScript exporter, opset 17, dynamic batch and sequence axes, saved under the
+file name the catalogue entry loads. fastembed then loads it through `specific_model_path` with
+ORT_ENABLE_ALL (onnxruntime fuses at load) and pools as that entry says: all-MiniLM-L6-v2 mean
+pooled and normalized (its PooledNormalizedEmbedding), BAAI/bge-base-en-v1.5 the CLS token,
+normalized. For bge-base fastembed would download Qdrant/bge-base-en-v1.5-onnx-Q's
+model_optimized.onnx (0.21 GB in its catalogue, half an fp32 BERT-base), which cannot be
+fetched or inspected here: the bench gives it the plain fp32 graph of the same random weights.
 
-`python -m bench.fastembed_dir CHECKPOINT OUT` (run in the main venv: it needs torch).
+`python -m bench.fastembed_dir CHECKPOINT OUT FILE` (run in the main venv: it needs torch).
 """
 
 from __future__ import annotations
@@ -26,21 +30,22 @@ FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_toke
 REPO = Path(__file__).resolve().parent.parent
 
 
-def model_dir(checkpoint: Path, cache: Path) -> Path:
-    """Made once per checkpoint, before anything is timed."""
+def model_dir(checkpoint: Path, cache: Path, graph_file: str) -> Path:
+    """Made once per checkpoint and file name, before anything is timed."""
     key = hashlib.sha256(str(checkpoint.resolve()).encode()).hexdigest()[:12]
     out = cache / f"fastembed-{checkpoint.name}-{key}"
-    if (out / "model.onnx").exists():
+    if (out / graph_file).exists():
         return out
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "bench.fastembed_dir", str(checkpoint), str(tmp)],
-                   cwd=REPO, env=clean_env(), check=True)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "bench.fastembed_dir", str(checkpoint), str(tmp),
+                    graph_file], cwd=REPO, env=clean_env(), check=True)  # fmt: skip
+    shutil.rmtree(out, ignore_errors=True)  # a folder made for another file name
     tmp.rename(out)
     return out
 
 
-def export(checkpoint: Path, out: Path) -> None:
+def export(checkpoint: Path, out: Path, graph_file: str) -> None:
     import torch
     import transformers
 
@@ -64,7 +69,7 @@ def export(checkpoint: Path, out: Path) -> None:
     axes = {0: "batch_size", 1: "sequence_length"}
     with torch.no_grad():
         torch.onnx.export(
-            LastHidden(), (ids, mask, types), str(out / "model.onnx"),
+            LastHidden(), (ids, mask, types), str(out / graph_file),
             input_names=["input_ids", "attention_mask", "token_type_ids"],
             output_names=["last_hidden_state"],
             dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes,
@@ -77,4 +82,4 @@ def export(checkpoint: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    export(Path(sys.argv[1]), Path(sys.argv[2]))
+    export(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])

@@ -38,6 +38,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     cells: list[tuple[str, int]]  # (length, batch)
     vectors_out: str  # .npy of the mixed pool's vectors, for the cosine check; "" for none
     fastembed_dir: str = ""  # fastembed's model folder (fastembed_dir.py)
+    fastembed_name: str = ""  # the catalogue entry fastembed loads that folder as
     probe_model: str = ""  # bench/host_probe.py's graph, run after each cell; "" for none
     threads: int = 0  # the probe's onnxruntime threads
 
@@ -61,8 +62,7 @@ def _load(job: Job) -> tuple[Embed, str | None]:
         from fastembed import TextEmbedding
 
         # specific_model_path: fastembed reads this folder instead of downloading its hub repo.
-        fe = TextEmbedding("sentence-transformers/all-MiniLM-L6-v2",
-                           specific_model_path=job.fastembed_dir)  # fmt: skip
+        fe = TextEmbedding(job.fastembed_name, specific_model_path=job.fastembed_dir)
 
         def fe_embed(texts: list[str], batch: int) -> np.ndarray:
             return np.stack(list(fe.embed(texts, batch_size=batch)))

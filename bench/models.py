@@ -37,7 +37,15 @@ class BenchModel(msgspec.Struct, frozen=True, kw_only=True):
     targets: dict[str, int]
     timed_mixed: bool  # whether the mixed pool is a timed length
     max_tokens: int  # texts are never longer (the model may accept more)
-    full_stack: bool  # every engine (HTTP, infinity, fastembed) or in-process ones only
+    # The small model: the full sizes (4 and 16 clients, 3 repeats) and both CPU graphs forced
+    # by default; the big shapes run one repeat, one client and the runtime's own graph.
+    full_stack: bool
+    # Ours over HTTP and gRPC and the peers (infinity, fastembed) beside the in-process engines.
+    served: bool
+    # fastembed's catalogue entry whose folder fastembed_dir.py makes from this checkpoint, and
+    # the graph file that entry loads; "" where fastembed does not run the model.
+    fastembed_name: str = ""
+    fastembed_file: str = ""
     config: dict[str, Any]  # transformers config kwargs; empty for the bundled checkpoint
     pooling: str  # sentence-transformers pooling: cls | mean | lasttoken
     decoder: bool
@@ -85,6 +93,9 @@ MODELS = {
         timed_mixed=True,
         max_tokens=256,
         full_stack=True,
+        served=True,
+        fastembed_name="sentence-transformers/all-MiniLM-L6-v2",
+        fastembed_file="model.onnx",
         config={},
         pooling="mean",
         decoder=False,
@@ -96,6 +107,11 @@ MODELS = {
         timed_mixed=False,
         max_tokens=512,
         full_stack=False,
+        # infinity and fastembed both serve bge-base-en-v1.5 (fastembed's entry: CLS pooling,
+        # normalized, as this checkpoint), so the peers meet it on the same random weights.
+        served=True,
+        fastembed_name="BAAI/bge-base-en-v1.5",
+        fastembed_file="model_optimized.onnx",
         config=BERT_BASE,
         pooling="cls",
         decoder=False,
@@ -107,6 +123,9 @@ MODELS = {
         timed_mixed=False,
         max_tokens=512,
         full_stack=False,
+        # In-process only: one served 32 x 512 call is minutes here, and this checkpoint's
+        # WordPiece stand-in tokenizer is not the Qwen BPE fastembed's Qwen3 entry expects.
+        served=False,
         config=QWEN3_0_6B,
         pooling="lasttoken",
         decoder=True,

@@ -154,7 +154,8 @@ def targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
 
 
 def big_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
-    """The base-size encoder and the 0.6B decoder, in-process (issue 15)."""
+    """The base-size encoder and the 0.6B decoder (issue 15): in-process, and where a model is
+    served, ours over HTTP against the peers."""
     out: list[tuple[str, str, str]] = []
     big = max((k[2] for k in table), default=32)
     long = "long" if any(k[1] == "long" for k in table) else "short"
@@ -193,7 +194,14 @@ def big_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]]:
                     "met" if s.min_cosine >= 0.99 else "missed",
                 )
             )
-    return out
+    for length in ("short", "long"):  # what one client's requests cost over the runtime's call
+        for p in ("fp32", "int8"):
+            srv = table.get((f"serve-{p}", length, big, 1))
+            rt = table.get((f"runtime-{p}", length, big, 1))
+            if srv and rt:
+                out.append((f"serve-{p} vs runtime-{p} ({length}, b{big}, one client)",
+                            f"{srv.texts_s / rt.texts_s:.2f}x", "info"))  # fmt: skip
+    return out + peer_targets(table)
 
 
 def _ratio_target(out: list[tuple[str, str, str]], name: str, got: float | None,
@@ -301,6 +309,14 @@ def minilm_targets(run: Run, table: dict[Key, Row]) -> list[tuple[str, str, str]
               st_s.cold_s if st_s else None, 0.5, True)  # fmt: skip
         check(f"{e} peak RSS <= 0.5x ST process", srv.rss_mb if srv else None,
               st_s.rss_mb if st_s else None, 0.5, True)  # fmt: skip
+    out += peer_targets(table)
+    return out
+
+
+def peer_targets(table: dict[Key, Row]) -> list[tuple[str, str, str]]:
+    """Ahead of infinity (our best server against its best engine, HTTP cell by cell) and of
+    fastembed (in-process, cell by cell), on whichever cells a model ran them."""
+    out: list[tuple[str, str, str]] = []
     # ahead of infinity: our best server vs infinity's best engine, cell by cell
     cells = {k[1:] for k in table if k[0].startswith("infinity-")}
     if cells:

@@ -227,7 +227,9 @@ class Ctx(msgspec.Struct, kw_only=True):
     infinity_dir: Path | None = None
     infinity_error: str | None = None
     fastembed_dir: Path | None = None
+    fastembed_name: str = ""
     fastembed_error: str | None = None
+    pooling: str = "mean"  # sentence-transformers' name (cls | mean | lasttoken), for infinity
     notes: list[str] = msgspec.field(default_factory=list)
     threads: int = 0
     probe_model: Path | None = None  # bench/host_probe.py's graph
@@ -248,6 +250,7 @@ def _inproc(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
         cells=[(length, b) for length, b, _ in _cells(engine, ctx.sizes, ctx.pools, ctx.timed)],
         vectors_out=str(ctx.work / f"{engine}.npy") if repeat == 0 else "",
         fastembed_dir=str(ctx.fastembed_dir or ""),
+        fastembed_name=ctx.fastembed_name,
         probe_model=str(ctx.probe_model or ""),
         threads=ctx.threads,
     )
@@ -274,7 +277,8 @@ def _http(ctx: Ctx, engine: str, repeat: int) -> EngineRun:
     if infinity and ctx.infinity_error:
         return EngineRun(engine=engine, repeat=repeat, error=ctx.infinity_error)
     try:
-        srv = servers.start(engine, ctx.artifact, ctx.infinity_dir, ctx.cache, ctx.work, ctx.device)
+        srv = servers.start(engine, ctx.artifact, ctx.infinity_dir, ctx.cache, ctx.work,
+                            ctx.device, pooling=ctx.pooling)  # fmt: skip
     except servers.EngineUnavailableError as e:
         return EngineRun(engine=engine, repeat=repeat, error=str(e))
     cells: list[Cell] = []
@@ -345,7 +349,7 @@ def chosen_engines(bm: BenchModel, dtypes: list[str], wanted: list[str]) -> list
     """The engines a model runs: its own list, narrowed to `wanted` when given. The forced
     CPU graphs double the in-process time: by default only on MiniLM, whose cells are
     seconds; the big shapes run them when --engines names them."""
-    chosen = engines(dtypes, full_stack=bm.full_stack, graphs=bm.full_stack or bool(wanted))
+    chosen = engines(dtypes, served=bm.served, graphs=bm.full_stack or bool(wanted))
     return [e for e in chosen if e in wanted] if wanted else chosen
 
 
@@ -452,7 +456,8 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
     with tempfile.TemporaryDirectory(prefix="tei-bench-") as tmp:
         ctx = Ctx(sizes=sizes, model=model, pools=pools, timed=timed, checkpoint=checkpoint,
                   artifact=artifact, cache=opts.cache, device=opts.device,
-                  work=Path(tmp), threads=opts.threads)  # fmt: skip
+                  work=Path(tmp), threads=opts.threads, pooling=bm.pooling,
+                  fastembed_name=bm.fastembed_name)  # fmt: skip
         if opts.device == "cpu":
             ctx.probe_model = host_probe.write_model(ctx.work / "host_probe.onnx")
             ctx.probe = HostProbe(ctx.probe_model, opts.threads)
@@ -462,11 +467,14 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
             except servers.EngineUnavailableError as e:
                 ctx.infinity_error = str(e)
         if "fastembed" in chosen:
-            if not (FASTEMBED_VENV / "bin" / "python").exists():
+            if not bm.fastembed_name:
+                ctx.fastembed_error = f"fastembed has no catalogue entry the bench maps {bm.key} to"
+            elif not (FASTEMBED_VENV / "bin" / "python").exists():
                 ctx.fastembed_error = f"no fastembed venv: {FASTEMBED_VENV} (just bench-fastembed)"
             else:
                 try:
-                    ctx.fastembed_dir = fastembed_dir.model_dir(checkpoint, opts.cache)
+                    ctx.fastembed_dir = fastembed_dir.model_dir(checkpoint, opts.cache,
+                                                                bm.fastembed_file)  # fmt: skip
                 except subprocess.CalledProcessError as e:
                     ctx.fastembed_error = f"fastembed model folder not made: {e}"
         runs: list[EngineRun] = []

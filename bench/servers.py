@@ -119,9 +119,13 @@ def infinity_model_dir(checkpoint: Path, cache: Path) -> Path:
     return out
 
 
+# sentence-transformers' pooling names -> infinity's --pooling-method (it has no last-token)
+INFINITY_POOLING = {"mean": "mean", "cls": "cls"}
+
+
 def _command(
     engine: str, port: int, artifact: Path, infinity_dir: Path | None, cache: Path, device: str,
-    metrics_port: int,
+    metrics_port: int, pooling: str,
 ) -> tuple[list[str], Path, dict[str, str], Client | GrpcClient]:  # fmt: skip
     if engine.startswith("serve-"):
         argv = [str(REPO / ".venv" / "bin" / "tei-serve"), "--model-id", str(artifact),
@@ -131,16 +135,19 @@ def _command(
         if engine.startswith("serve-grpc-"):  # EmbedStream instead of POST /embed
             return [*argv, "--grpc"], REPO, clean_env(), GrpcClient(port)
         return argv, REPO, clean_env(), tei_client(port)
+    if pooling not in INFINITY_POOLING:
+        raise EngineUnavailableError(f"infinity pools mean or cls, not {pooling}")
     if infinity_dir is None:
         raise EngineUnavailableError("no infinity model folder")
     exe = INFINITY_VENV / "bin" / "infinity_emb"
     if not exe.exists():
         raise EngineUnavailableError(f"no infinity venv: {exe} missing (see bench/README.md)")
-    # --pooling-method mean: with its default "auto" the optimum engine pools the CLS token
-    # (infinity_emb/transformer/embedder/optimum.py), wrong for this mean-pooled model.
+    # --pooling-method as the checkpoint pools: with its default "auto" the optimum engine
+    # pools the CLS token (infinity_emb/transformer/embedder/optimum.py), wrong for MiniLM.
     argv = [str(exe), "v2", "--model-id", ".", "--served-model-name", SERVED_NAME,
             "--engine", engine.removeprefix("infinity-"), "--device", device,
-            "--pooling-method", "mean", "--batch-size", "32", "--no-vector-disk-cache",
+            "--pooling-method", INFINITY_POOLING[pooling], "--batch-size", "32",
+            "--no-vector-disk-cache",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip
     env = clean_env(HF_HOME=str(cache / "infinity-hf-home"))
     return argv, infinity_dir, env, openai_client(port, SERVED_NAME)
@@ -148,13 +155,13 @@ def _command(
 
 def start(
     engine: str, artifact: Path, infinity_dir: Path | None, cache: Path, log_dir: Path,
-    device: str, timeout: float = 300.0,
+    device: str, timeout: float = 300.0, pooling: str = "mean",
 ) -> Server:  # fmt: skip
     port, metrics_port = free_port(), free_port()
     while metrics_port == port:
         metrics_port = free_port()
     argv, cwd, env, client = _command(engine, port, artifact, infinity_dir, cache, device,
-                                      metrics_port)  # fmt: skip
+                                      metrics_port, pooling)  # fmt: skip
     log = log_dir / f"{engine}-{port}.log"
     t0 = time.monotonic()
     with log.open("wb") as fh:

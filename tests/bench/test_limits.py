@@ -111,6 +111,63 @@ def test_big_model_targets() -> None:
     assert got["runtime-int8 min cosine vs ST >= 0.99 (random weights)"] == ("0.9950", "met")
 
 
+def test_a_served_big_model_is_held_against_its_peers_cell_by_cell() -> None:
+    """bert-base with ours served and the peers: the same infinity and fastembed verdicts as
+    MiniLM's, and what one client's requests cost over the in-process call (info)."""
+    run = _run("bert-base")
+    extra = {
+        "serve-fp32": [_cell("serve-fp32", "short", 1, 0.3, 10),
+                       _cell("serve-fp32", "long", 32, 2.2, 220)],
+        "infinity-optimum": [_cell("infinity-optimum", "short", 1, 0.25, 10),
+                             _cell("infinity-optimum", "long", 32, 3.0, 220)],
+        "fastembed": [_cell("fastembed", "short", 1, 0.1, 10),
+                      _cell("fastembed", "long", 32, 2.5, 220)],
+    }  # fmt: skip
+    run = msgspec.structs.replace(run, engines=[
+        *run.engines, *(EngineRun(engine=e, repeat=0, cells=c) for e, c in extra.items())])
+    got = {name: (shown, verdict) for name, shown, verdict in
+           report.targets(run, report.rows(run))}  # fmt: skip
+    # short b1: serve-fp32 0.3 s against infinity's 0.25 s per 4 texts: behind there
+    assert got["ahead of infinity on every HTTP cell (best of ours vs best of theirs)"] == (
+        "1/2 cells", "missed")
+    assert got["serve-fp32 alone ahead of infinity's best (fp32 vs fp32)"][1] == "missed"
+    assert "short b1 c1 -17%" in got["serve-fp32 alone ahead of infinity's best (fp32 vs fp32)"][0]
+    # short b1: runtime-fp32 0.2 s, fastembed 0.1 s; runtime-int8 0.1 s ties it (not ahead)
+    assert got["runtime-fp32 ahead of fastembed (in-process, every cell)"] == (
+        "1/2 cells; behind: short b1 -50%", "missed")
+    assert got["runtime-fp32 / runtime-int8 ahead of fastembed (in-process, every cell)"][0] == (
+        "1/2 cells; behind: short b1 +0%")
+    assert got["serve-fp32 vs runtime-fp32 (long, b32, one client)"] == ("0.91x", "info")
+    assert "serve-int8 vs runtime-int8 (long, b32, one client)" not in got
+    # and without peers, none of their rows
+    plain = _run("bert-base")
+    bare = {name for name, _, _ in report.targets(plain, report.rows(plain))}
+    assert not any("infinity" in n or "fastembed" in n or "one client" in n for n in bare)
+
+
+def test_which_models_are_served_and_meet_the_peers() -> None:
+    from bench.run import chosen_engines
+
+    bert = chosen_engines(MODELS["bert-base"], ["float32", "int8"], [])
+    assert {"serve-fp32", "serve-int8", "serve-grpc-fp32", "infinity-optimum",
+            "infinity-torch", "fastembed"} <= set(bert)  # fmt: skip
+    assert not any(e.startswith("runtime-plain") for e in bert)  # the runtime's own graph only
+    qwen = chosen_engines(MODELS["qwen3-0.6b"], ["float32", "int8"], [])
+    assert qwen == ["st", "runtime-fp32", "runtime-int8"]
+    assert MODELS["bert-base"].fastembed_name == "BAAI/bge-base-en-v1.5"
+
+
+def test_infinity_pools_as_the_checkpoint_does(tmp_path: Path) -> None:
+    from bench import servers
+
+    for pooling in ("mean", "cls"):
+        assert servers.INFINITY_POOLING[pooling] == pooling
+    # it has no last-token pooling: the engine says so instead of pooling the CLS token
+    with pytest.raises(servers.EngineUnavailableError, match="lasttoken"):
+        servers._command("infinity-optimum", 1, tmp_path, tmp_path, tmp_path, "cpu", 2,
+                         "lasttoken")  # fmt: skip
+
+
 def test_summary_has_every_model_and_the_host() -> None:
     md = report.summary([_run("bert-base"), _run("qwen3-0.6b")])
     assert "avx512_vnni no" in md and "Zen kernel" in md
@@ -135,9 +192,9 @@ def test_sizes_and_lengths_follow_the_model_and_the_options() -> None:
                           "batches": (1,), "repeats": 2})  # fmt: skip
     assert sizes_for(MODELS["minilm"], narrowed).batches == (1,)
     assert sizes_for(MODELS["minilm"], narrowed).repeats == 2
-    small = engines(["float32", "int8"], full_stack=False, graphs=False)
+    small = engines(["float32", "int8"], served=False, graphs=False)
     assert small == ["st", "runtime-fp32", "runtime-int8"]
-    assert "runtime-plain-int8" in engines(["float32", "int8"], full_stack=False)
+    assert "runtime-plain-int8" in engines(["float32", "int8"], served=False)
     assert "fastembed" in engines(["float32"])
     full = engines(["float32", "int8"])
     assert full[:7] == ["st", "runtime-fp32", "runtime-int8", "runtime-fused-fp32",
