@@ -119,7 +119,7 @@ def infinity_model_dir(checkpoint: Path, cache: Path) -> Path:
     return out
 
 
-# sentence-transformers' pooling names -> infinity's --pooling-method (it has no last-token)
+# sentence-transformers' pooling names -> infinity's --pooling-method (mean or CLS only)
 INFINITY_POOLING = {"mean": "mean", "cls": "cls"}
 
 
@@ -136,7 +136,7 @@ def _command(
             return [*argv, "--grpc"], REPO, clean_env(), GrpcClient(port)
         return argv, REPO, clean_env(), tei_client(port)
     if pooling not in INFINITY_POOLING:
-        raise EngineUnavailableError(f"infinity pools mean or cls, not {pooling}")
+        raise EngineUnavailableError(f"infinity's --pooling-method is mean or cls, not {pooling}")
     if infinity_dir is None:
         raise EngineUnavailableError("no infinity model folder")
     exe = INFINITY_VENV / "bin" / "infinity_emb"
