@@ -40,8 +40,6 @@ class BenchModel(msgspec.Struct, frozen=True, kw_only=True):
     # The small model: the full sizes (4 and 16 clients, 3 repeats) and both CPU graphs forced
     # by default; the big shapes run one repeat, one client and the runtime's own graph.
     full_stack: bool
-    # Ours over HTTP and gRPC and the peers (infinity, fastembed) beside the in-process engines.
-    served: bool
     # fastembed's catalogue entry whose folder fastembed_dir.py makes from this checkpoint, and
     # the graph file that entry loads; "" where fastembed does not run the model.
     fastembed_name: str = ""
@@ -93,7 +91,6 @@ MODELS = {
         timed_mixed=True,
         max_tokens=256,
         full_stack=True,
-        served=True,
         fastembed_name="sentence-transformers/all-MiniLM-L6-v2",
         fastembed_file="model.onnx",
         config={},
@@ -107,9 +104,8 @@ MODELS = {
         timed_mixed=False,
         max_tokens=512,
         full_stack=False,
-        # infinity and fastembed both serve bge-base-en-v1.5 (fastembed's entry: CLS pooling,
-        # normalized, as this checkpoint), so the peers meet it on the same random weights.
-        served=True,
+        # fastembed's bge-base-en-v1.5 entry pools the CLS token and normalizes, as this
+        # checkpoint does, so fastembed meets it on the same random weights.
         fastembed_name="BAAI/bge-base-en-v1.5",
         fastembed_file="model_optimized.onnx",
         config=BERT_BASE,
@@ -123,9 +119,9 @@ MODELS = {
         timed_mixed=False,
         max_tokens=512,
         full_stack=False,
-        # In-process only: one served 32 x 512 call is minutes here, and this checkpoint's
-        # WordPiece stand-in tokenizer is not the Qwen BPE fastembed's Qwen3 entry expects.
-        served=False,
+        # No fastembed entry: its Qwen3 one was not tried on the stand-in WordPiece tokenizer.
+        # infinity-torch serves it (sentence-transformers' last-token pooling); its optimum
+        # engine pools mean or CLS only.
         config=QWEN3_0_6B,
         pooling="lasttoken",
         decoder=True,

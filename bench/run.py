@@ -349,7 +349,7 @@ def chosen_engines(bm: BenchModel, dtypes: list[str], wanted: list[str]) -> list
     """The engines a model runs: its own list, narrowed to `wanted` when given. The forced
     CPU graphs double the in-process time: by default only on MiniLM, whose cells are
     seconds; the big shapes run them when --engines names them."""
-    chosen = engines(dtypes, served=bm.served, graphs=bm.full_stack or bool(wanted))
+    chosen = engines(dtypes, graphs=bm.full_stack or bool(wanted))
     return [e for e in chosen if e in wanted] if wanted else chosen
 
 
@@ -398,9 +398,6 @@ def checked_options(args: argparse.Namespace) -> tuple[list[str], list[str], lis
     lengths = args.lengths.split(",") if args.lengths else []
     for key in keys:
         timed_lengths(MODELS[key], lengths)
-        if not chosen_engines(MODELS[key], dtypes, wanted):
-            runs = ", ".join(chosen_engines(MODELS[key], dtypes, []))
-            raise SystemExit(f"{key}: none of --engines runs on it; it runs {runs}")
     if args.device == "cuda":
         import onnxruntime
 
@@ -463,7 +460,8 @@ def run_model(bm: BenchModel, opts: Options, host: Machine, measured: list[Measu
             ctx.probe = HostProbe(ctx.probe_model, opts.threads)
         if any(e.startswith("infinity-") for e in chosen):
             try:
-                ctx.infinity_dir = servers.infinity_model_dir(checkpoint, opts.cache)
+                ctx.infinity_dir = servers.infinity_model_dir(
+                    checkpoint, opts.cache, onnx=bm.pooling in servers.INFINITY_POOLING)
             except servers.EngineUnavailableError as e:
                 ctx.infinity_error = str(e)
         if "fastembed" in chosen:

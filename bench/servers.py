@@ -82,8 +82,10 @@ def _tail(log: Path, lines: int = 12) -> str:
     return "\n".join(text[-lines:])
 
 
-def infinity_model_dir(checkpoint: Path, cache: Path) -> Path:
-    """checkpoint files (symlinked) + model.onnx exported by optimum in infinity's venv.
+def infinity_model_dir(checkpoint: Path, cache: Path, *, onnx: bool = True) -> Path:
+    """checkpoint files (symlinked) + model.onnx exported by optimum in infinity's venv (with
+    `onnx`; without it the torch engine's folder alone, for a model the optimum engine cannot
+    pool).
 
     Two workarounds for infinity 0.0.78 with optimum 2.1, both found by running it:
     - it passes a local folder's ONNX path to optimum as an absolute `file_name`, which
@@ -94,8 +96,8 @@ def infinity_model_dir(checkpoint: Path, cache: Path) -> Path:
       reads `last_hidden_state` (KeyError), so the export is `--library-name transformers`.
     """
     key = hashlib.sha256(str(checkpoint.resolve()).encode()).hexdigest()[:12]
-    out = cache / f"infinity-{checkpoint.name}-{key}"
-    if (out / "model.onnx").exists():
+    out = cache / f"infinity-{checkpoint.name}-{key}{'' if onnx else '-torch'}"
+    if (out / ("model.onnx" if onnx else "modules.json")).exists():
         return out
     cli = INFINITY_VENV / "bin" / "optimum-cli"
     if not cli.exists():
@@ -105,6 +107,9 @@ def infinity_model_dir(checkpoint: Path, cache: Path) -> Path:
     tmp.mkdir(parents=True)
     for f in checkpoint.iterdir():
         (tmp / f.name).symlink_to(f.resolve())
+    if not onnx:
+        tmp.rename(out)
+        return out
     onnx_dir = tmp / ".onnx-export"
     done = subprocess.run(
         [str(cli), "export", "onnx", "--model", str(checkpoint), "--task", "feature-extraction",
@@ -135,8 +140,8 @@ def _command(
         if engine.startswith("serve-grpc-"):  # EmbedStream instead of POST /embed
             return [*argv, "--grpc"], REPO, clean_env(), GrpcClient(port)
         return argv, REPO, clean_env(), tei_client(port)
-    if pooling not in INFINITY_POOLING:
-        raise EngineUnavailableError(f"infinity's --pooling-method is mean or cls, not {pooling}")
+    if engine == "infinity-optimum" and pooling not in INFINITY_POOLING:
+        raise EngineUnavailableError(f"infinity's optimum engine pools mean or cls, not {pooling}")
     if infinity_dir is None:
         raise EngineUnavailableError("no infinity model folder")
     exe = INFINITY_VENV / "bin" / "infinity_emb"
@@ -144,9 +149,10 @@ def _command(
         raise EngineUnavailableError(f"no infinity venv: {exe} missing (see bench/README.md)")
     # --pooling-method as the checkpoint pools: with its default "auto" the optimum engine
     # pools the CLS token (infinity_emb/transformer/embedder/optimum.py), wrong for MiniLM.
+    # The torch engine ignores it and pools as sentence-transformers' modules say.
     argv = [str(exe), "v2", "--model-id", ".", "--served-model-name", SERVED_NAME,
             "--engine", engine.removeprefix("infinity-"), "--device", device,
-            "--pooling-method", INFINITY_POOLING[pooling], "--batch-size", "32",
+            "--pooling-method", INFINITY_POOLING.get(pooling, "auto"), "--batch-size", "32",
             "--no-vector-disk-cache",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip
     env = clean_env(HF_HOME=str(cache / "infinity-hf-home"))

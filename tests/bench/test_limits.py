@@ -153,19 +153,41 @@ def test_which_models_are_served_and_meet_the_peers() -> None:
             "infinity-torch", "fastembed"} <= set(bert)  # fmt: skip
     assert not any(e.startswith("runtime-plain") for e in bert)  # the runtime's own graph only
     qwen = chosen_engines(MODELS["qwen3-0.6b"], ["float32", "int8"], [])
-    assert qwen == ["st", "runtime-fp32", "runtime-int8"]
+    assert qwen[:3] == ["st", "runtime-fp32", "runtime-int8"] and "infinity-torch" in qwen
     assert MODELS["bert-base"].fastembed_name == "BAAI/bge-base-en-v1.5"
+    assert MODELS["qwen3-0.6b"].fastembed_name == ""  # its fastembed run says why it did not
 
 
-def test_infinity_pools_as_the_checkpoint_does(tmp_path: Path) -> None:
+def test_infinity_pools_as_the_checkpoint_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from bench import servers
 
-    for pooling in ("mean", "cls"):
-        assert servers.INFINITY_POOLING[pooling] == pooling
-    # it has no last-token pooling: the engine says so instead of pooling the CLS token
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    for exe in ("infinity_emb", "optimum-cli"):
+        (venv / "bin" / exe).write_text("")
+    monkeypatch.setattr(servers, "INFINITY_VENV", venv)
+
+    def method(engine: str, pooling: str) -> str:
+        argv = servers._command(engine, 1, tmp_path, tmp_path, tmp_path, "cpu", 2, pooling)[0]
+        return argv[argv.index("--pooling-method") + 1]
+
+    assert method("infinity-optimum", "mean") == "mean"
+    assert method("infinity-optimum", "cls") == "cls"
+    # the optimum engine has no last-token pooling: it says so instead of pooling the CLS
+    # token; the torch engine pools as sentence-transformers' modules say
     with pytest.raises(servers.EngineUnavailableError, match="lasttoken"):
-        servers._command("infinity-optimum", 1, tmp_path, tmp_path, tmp_path, "cpu", 2,
-                         "lasttoken")  # fmt: skip
+        method("infinity-optimum", "lasttoken")
+    assert method("infinity-torch", "lasttoken") == "auto"
+    # and its folder is the checkpoint alone: nothing exported for the engine that cannot run
+    checkpoint = tmp_path / "qwen"
+    checkpoint.mkdir()
+    (checkpoint / "modules.json").write_text("[]")
+    folder = servers.infinity_model_dir(checkpoint, tmp_path / "cache", onnx=False)
+    assert (folder / "modules.json").resolve() == (checkpoint / "modules.json").resolve()
+    assert not (folder / "model.onnx").exists()
+    assert servers.infinity_model_dir(checkpoint, tmp_path / "cache", onnx=False) == folder
 
 
 def test_summary_has_every_model_and_the_host() -> None:

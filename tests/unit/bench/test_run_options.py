@@ -15,8 +15,6 @@ from bench import run
         (["--dtypes", "float8"], "unknown dtypes ['float8']"),
         (["--models", "minilm,gpt"], "unknown models ['gpt']"),
         (["--engines", "tei"], "unknown engines ['tei']"),
-        (["--models", "qwen3-0.6b", "--engines", "serve-fp32,fastembed"],
-         "qwen3-0.6b: none of --engines runs on it"),
         (["--models", "minilm,bert-base", "--lengths", "short,medium"],
          "bert-base: unknown lengths ['medium']"),
         (["--device", "tpu"], "--device tpu: cpu or cuda"),
