@@ -71,6 +71,11 @@ class BackendError(TeiRuntimeError):
     error_type = "Backend"
 
 
+class OutOfMemoryError(BackendError):
+    """A forward asked for more memory than the host has left for the model: that call fails,
+    the model and the process stay usable."""
+
+
 class ProviderError(BackendError):
     """The requested execution provider or precision is not usable on this host.
 

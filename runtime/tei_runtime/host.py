@@ -112,8 +112,9 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _cgroup_dirs(root: Path) -> list[Path]:
-    """Directories holding our cgroup's CPU controller files, our own first, then parents.
+def _cgroup_dirs(root: Path, controller: str = "cpu") -> list[Path]:
+    """Directories holding our cgroup's `controller` files (cpu or memory), our own first,
+    then parents.
 
     In a container with a cgroup namespace /proc/self/cgroup says "/", which maps to the
     mount root; outside one it names a nested path, whose parents can also limit us.
@@ -129,10 +130,10 @@ def _cgroup_dirs(root: Path) -> list[Path]:
         names = controllers.split(",")
         if controllers == "":
             mount = base  # cgroup v2 unified hierarchy
-        elif "cpu" in names:
+        elif controller in names:
             mount = base / controllers
             if not mount.is_dir():
-                mount = base / "cpu"
+                mount = base / controller
         else:
             continue
         here = mount / rel.lstrip("/")
@@ -141,7 +142,9 @@ def _cgroup_dirs(root: Path) -> list[Path]:
             if here == mount:
                 break
             here = here.parent
-    for fallback in (base, base / "cpu", base / "cpu,cpuacct"):
+    fallbacks = (base, base / "cpu", base / "cpu,cpuacct") if controller == "cpu" else (
+        base, base / controller)
+    for fallback in fallbacks:
         if fallback not in dirs:
             dirs.append(fallback)
     return dirs
@@ -168,6 +171,33 @@ def cgroup_cpu_limit(root: Path = Path("/")) -> float | None:
             if q > 0 and p > 0:
                 limits.append(q / p)
     return min(limits) if limits else None
+
+
+# cgroup v1 writes "no limit" as a page-rounded 2^63-1; nothing below 2^60 is that.
+_NO_V1_LIMIT = 1 << 60
+
+
+def memory_available(root: Path = Path("/")) -> int | None:
+    """Bytes this process can still take: the kernel's MemAvailable, capped by the tightest
+    memory limit over our cgroup and its parents less what each already holds (a container's
+    limit, which /proc/meminfo does not show). None when neither can be read."""
+    found: list[int] = []
+    for line in (_read(root / "proc/meminfo") or "").splitlines():
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        if name == "MemAvailable" and fields and fields[0].isdigit():
+            found.append(int(fields[0]) * 1024)
+    for directory in _cgroup_dirs(root, "memory"):
+        limit = _read(directory / "memory.max")
+        used = _read(directory / "memory.current")
+        if limit is None:  # v1
+            limit = _read(directory / "memory.limit_in_bytes")
+            used = _read(directory / "memory.usage_in_bytes")
+        if limit is None or used is None or not limit.isdigit() or not used.isdigit():
+            continue  # "max": no limit here
+        if int(limit) < _NO_V1_LIMIT:
+            found.append(max(0, int(limit) - int(used)))
+    return min(found) if found else None
 
 
 def nvidia_gpus(root: Path = Path("/"), env: Mapping[str, str] | None = None) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from types import FrameType
 
+import msgspec
 import uvicorn
 
 from tei_runtime.backend import output_for_task
@@ -223,8 +224,12 @@ def warm_up(model: ServedModel, settings: Settings) -> None:
     it as equal pieces of the model's device budget, so one piece sizes the arena and checks
     the graph as well as all of them would. Running all 16 CPU pieces of TEI's default batch
     took 1.7 s of a 2.4 s start (all-MiniLM-L6-v2, 2 cores); GPUs get the whole batch.
+    No sequence is longer than the budget: on the CPU's 1024 tokens that is the pieces short
+    requests make, where one max-length text of a long-context model would be the slowest
+    and largest forward it can run (the Qwen3-0.6B shape at 16384 tokens: over 50 GB of
+    attention scores, which ended the start on a 24 GB host).
     """
-    length = min(model.max_input_length, settings.max_batch_tokens)
+    length = min(model.max_input_length, settings.max_batch_tokens, model.packing.budget)
     count = max(1, settings.max_batch_tokens // max(1, length))
     if settings.max_batch_requests is not None:
         count = min(count, settings.max_batch_requests)
@@ -232,6 +237,9 @@ def warm_up(model: ServedModel, settings: Settings) -> None:
     # Rerankers get a pair: a generative one takes nothing else.
     item: Input = (text, text) if model.manifest.task is Task.RERANK else text
     [one] = model.encode([item], truncate=True)
+    if len(one) > length:  # the text is ~2 tokens a word; truncation stops at max_input_length
+        one = msgspec.structs.replace(one, ids=one.ids[:length], type_ids=one.type_ids[:length],
+                                      offsets=one.offsets[:length])  # fmt: skip
     pieces = length_sorted_groups([len(one)] * count, model.packing)
     forward_in_pieces(model, output_for_task(model.manifest.task), [one] * len(pieces[0]))
 

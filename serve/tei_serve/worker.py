@@ -20,6 +20,7 @@ from typing import cast
 
 from tei_runtime.backend import Backend, Output
 from tei_runtime.data import Encoding
+from tei_runtime.errors import OutOfMemoryError
 from tei_runtime.packing import run_packed
 from tei_serve.errors import BackendError, ShuttingDownError, UnhealthyError
 from tei_serve.metrics import Metrics
@@ -205,8 +206,12 @@ class Worker:
             except Exception as e:
                 self._running_since = None
                 # A failed batch fails its own requests only; the server lives on.
-                log.exception("backend failed on a batch of %d", len(entries))
-                self.healthy = False
+                if isinstance(e, OutOfMemoryError):
+                    # Its inputs asked too much of this host, the model itself is fine.
+                    log.warning("a batch of %d failed: %s", len(entries), e)
+                else:
+                    log.exception("backend failed on a batch of %d", len(entries))
+                    self.healthy = False
                 err = BackendError(f"Backend error: {e}")
                 err.__cause__ = e
                 for entry in entries:

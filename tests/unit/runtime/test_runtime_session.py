@@ -140,3 +140,53 @@ def test_load_takes_tei_and_manifest_dtype_names(
     """TEI's --dtype names and the manifest's precision names pick the same variant."""
     built = make_artifact(precisions=(Precision.FP32, Precision.FP16, Precision.INT8))
     assert load(built.root, device="cpu", dtype=dtype).precision is precision
+
+
+_CAPPED = """
+import json, sys
+import numpy as np
+import tei_runtime.session as session
+session.memory_available = lambda: int(sys.argv[2])  # before the first session registers
+from tei_runtime import OutOfMemoryError, load
+model = load(sys.argv[1])
+before = model.embed(["hello world"])
+try:
+    model.embed(["hello world again and again"] * 2000, batch_tokens=10**7)
+    refused = ""
+except OutOfMemoryError as e:
+    refused = str(e)
+after = model.embed(["hello world"])
+print(json.dumps({"cap": session.shared_cpu_arena(), "refused": refused,
+                  "same": bool(np.array_equal(before, after))}))
+"""
+
+
+def test_a_forward_past_the_memory_cap_fails_alone(embed_artifact: Built) -> None:
+    """The CPU arena is capped at a share of the memory available at load: a forward that
+    would pass it raises OutOfMemoryError (the kernel would otherwise kill the process), and
+    the same model answers the next call as before. In a process of its own: the cap is
+    registered once per process."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _CAPPED, str(embed_artifact.root), "400000"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["cap"] == 360000  # 90% of the 400 kB said to be available
+    # 2000 texts x 16 tokens x 8 floats of activations in one forward: past 0.36 MB
+    assert "needs more memory than the 0.0 GiB" in got["refused"]
+    assert "--max-batch-tokens" in got["refused"]
+    assert got["same"]
+
+
+def test_the_arena_cap_is_what_the_host_has_left() -> None:
+    from tei_runtime import session
+    from tei_runtime.host import memory_available
+
+    cap = session.shared_cpu_arena()  # this process's, registered by its first CPU session
+    available = memory_available()
+    assert available is not None and cap is not None
+    assert 0 < cap <= available  # taken from an earlier reading, when as much or more was free
+

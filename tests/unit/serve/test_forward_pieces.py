@@ -127,3 +127,58 @@ def test_model_busy_seconds_count_forwards_on_the_model_thread() -> None:
     busy, wall = asyncio.run(scenario())
     # two forwards of 0.3 s; timed around the await, the probe's wait (~0.25 s) would count
     assert 0.6 <= busy <= min(wall + 0.01, 0.75)
+
+
+def test_warm_up_never_runs_a_sequence_longer_than_the_budget() -> None:
+    """A long-context model on the CPU warms up at the budget's 1024 tokens, not at its
+    max_input_length: one 16384-token text through an unfused attention asks tens of GB."""
+    model = WarmRecorder(budget=1024)
+    model.max_input_length = 32768
+    warm_up(cast(ServedModel, model), Settings())
+    assert model.calls == [[1024]]
+
+
+class Refusing(Recorder):
+    """Fails every forward with `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(budget=1024)
+        self.error = error
+
+    def forward(self, batch: Sequence[Encoding], output: Output) -> np.ndarray[Any, Any]:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "healthy_after"),
+    [
+        (None, True),  # the host's memory refused the forward: the model is fine
+        (RuntimeError("the session broke"), False),
+    ],
+)
+def test_a_refused_forward_fails_its_requests_and_leaves_health_as_it_was(
+    error: Exception | None, healthy_after: bool
+) -> None:
+    import asyncio
+
+    from tei_runtime.errors import OutOfMemoryError
+    from tei_serve.errors import BackendError
+    from tei_serve.metrics import Metrics
+    from tei_serve.worker import Worker
+
+    raised = error or OutOfMemoryError("this forward needs more memory than the 1.0 GiB ...")
+
+    async def scenario() -> tuple[str, bool]:
+        worker = Worker(cast(Any, Refusing(raised)), max_batch_tokens=1024,
+                        max_batch_requests=None, max_wait=0.0, metrics=Metrics())  # fmt: skip
+        worker.start()
+        try:
+            with pytest.raises(BackendError) as failed:
+                await worker.submit(_enc(1, 4), Output.EMBEDDING)
+            return str(failed.value), worker.healthy
+        finally:
+            await worker.stop()
+
+    message, healthy = asyncio.run(scenario())
+    assert message.startswith("Backend error: ") and str(raised) in message
+    assert healthy is healthy_after
