@@ -52,6 +52,42 @@ def test_no_cgroup_files_means_no_limit(tmp_path: Path) -> None:
     assert cgroup_cpu_limit(tmp_path) is None
 
 
+MEMINFO = "MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\n"
+
+
+def test_memory_available_is_meminfo_without_a_cgroup_limit(tmp_path: Path) -> None:
+    from tei_runtime.host import memory_available
+
+    assert memory_available(tmp_path) is None  # nothing readable
+    _write(tmp_path, "proc/meminfo", MEMINFO)
+    _write(tmp_path, "proc/self/cgroup", "0::/\n")
+    _write(tmp_path, "sys/fs/cgroup/memory.max", "max\n")
+    _write(tmp_path, "sys/fs/cgroup/memory.current", "5000000000\n")
+    assert memory_available(tmp_path) == 20_000_000 * 1024
+
+
+def test_memory_available_takes_the_tightest_cgroup_headroom(tmp_path: Path) -> None:
+    """A container's limit less its usage, the tightest over its cgroup and parents (v2), or
+    v1's memory controller; v1's page-rounded 2^63 means no limit."""
+    from tei_runtime.host import memory_available
+
+    _write(tmp_path, "proc/meminfo", MEMINFO)
+    _write(tmp_path, "proc/self/cgroup", "0::/kubepods/pod1/ctr\n")
+    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/ctr/memory.max", "4000000000\n")
+    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/ctr/memory.current", "1000000000\n")
+    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/memory.max", "8000000000\n")
+    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/memory.current", "6500000000\n")
+    assert memory_available(tmp_path) == 1_500_000_000  # the pod's headroom, not the ctr's
+    v1 = tmp_path / "v1"
+    _write(v1, "proc/meminfo", MEMINFO)
+    _write(v1, "proc/self/cgroup", "4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n")
+    _write(v1, "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "2000000000\n")
+    _write(v1, "sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "500000000\n")
+    _write(v1, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")
+    _write(v1, "sys/fs/cgroup/memory/memory.usage_in_bytes", "7000000000\n")
+    assert memory_available(v1) == 1_500_000_000
+
+
 @pytest.mark.parametrize(
     ("affinity", "quota", "expected"),
     [(16, None, 16), (16, 2.0, 2), (16, 2.5, 2), (16, 0.5, 1), (4, 8.0, 4), (1, None, 1)],
