@@ -161,7 +161,7 @@ def _command(
 
 def start(
     engine: str, artifact: Path, infinity_dir: Path | None, cache: Path, log_dir: Path,
-    device: str, timeout: float = 300.0, pooling: str = "mean",
+    device: str, timeout: float = 600.0, pooling: str = "mean",
 ) -> Server:  # fmt: skip
     port, metrics_port = free_port(), free_port()
     while metrics_port == port:
