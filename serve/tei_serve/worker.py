@@ -200,31 +200,39 @@ class Worker:
             started = self._running_since = self.clock()
             try:
                 values = await loop.run_in_executor(
-                    self.executor, self._forward, cast(Output, batch.kind),
+                    self.executor, self._forward_apart, cast(Output, batch.kind),
                     [e.payload.encoding for e in entries],
                 )
             except Exception as e:
                 self._running_since = None
                 # A failed batch fails its own requests only; the server lives on.
-                if isinstance(e, OutOfMemoryError):
-                    # Its inputs asked too much of this host, the model itself is fine.
-                    log.warning("a batch of %d failed: %s", len(entries), e)
-                else:
-                    log.exception("backend failed on a batch of %d", len(entries))
-                    self.healthy = False
+                log.exception("backend failed on a batch of %d", len(entries))
+                self.healthy = False
                 err = BackendError(f"Backend error: {e}")
                 err.__cause__ = e
                 for entry in entries:
                     if not entry.payload.future.done():
                         entry.payload.future.set_exception(err)
                 continue
-            self.healthy = True
+            refused = [v for v in values if isinstance(v, OutOfMemoryError)]
+            if len(refused) < len(values):
+                self.healthy = True
+            if refused:
+                # Those inputs asked too much of this host; the model itself is fine.
+                log.warning("%d of a batch of %d refused: %s", len(refused), len(values),
+                            refused[0])  # fmt: skip
             self._running_since = None
             inference = self.clock() - started
             self.longest_batch_s = max(self.longest_batch_s, inference)
             for entry, value in zip(entries, values, strict=True):
                 future = entry.payload.future
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(value, OutOfMemoryError):
+                    err = BackendError(f"Backend error: {value}")
+                    err.__cause__ = value
+                    future.set_exception(err)
+                else:
                     future.set_result(Result(value, started - entry.enqueued_at, inference))
 
     # -- helpers -------------------------------------------------------------------------
@@ -235,6 +243,24 @@ class Worker:
         started = self.clock()
         try:
             return forward_in_pieces(self.model, output, encodings)
+        finally:
+            self.metrics.model_busy(self.clock() - started)
+
+    def _forward_apart(
+        self, output: Output, encodings: Sequence[Encoding]
+    ) -> list[Array | OutOfMemoryError]:
+        """`_forward` for a queued batch: a piece the host's memory refuses (one long input,
+        alone in its piece) fails its own entries, not the other requests batched with it."""
+
+        def piece(batch: Sequence[Encoding]) -> list[Array | OutOfMemoryError]:
+            try:
+                return list(self.model.forward(batch, output))
+            except OutOfMemoryError as e:
+                return [e] * len(batch)
+
+        started = self.clock()
+        try:
+            return run_packed(encodings, piece, self.model.packing)
         finally:
             self.metrics.model_busy(self.clock() - started)
 

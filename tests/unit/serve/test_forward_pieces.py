@@ -182,3 +182,51 @@ def test_a_refused_forward_fails_its_requests_and_leaves_health_as_it_was(
     message, healthy = asyncio.run(scenario())
     assert message.startswith("Backend error: ") and str(raised) in message
     assert healthy is healthy_after
+
+
+class LongRefused(Recorder):
+    """Refuses (as the host's memory would) any piece holding an input over `limit` tokens."""
+
+    def __init__(self, budget: int, limit: int) -> None:
+        super().__init__(budget=budget)
+        self.limit = limit
+
+    def forward(self, batch: Sequence[Encoding], output: Output) -> np.ndarray[Any, Any]:
+        from tei_runtime.errors import OutOfMemoryError
+
+        if max(len(e) for e in batch) > self.limit:
+            raise OutOfMemoryError("this forward needs more memory than the 1.0 GiB ...")
+        return super().forward(batch, output)
+
+
+def test_a_refused_piece_fails_only_the_requests_in_it() -> None:
+    """A long input and short ones queued together: the long one's piece is refused, the
+    short ones batched with it are answered, and health stays as it was."""
+    import asyncio
+
+    from tei_serve.errors import BackendError
+    from tei_serve.metrics import Metrics
+    from tei_serve.worker import Worker
+
+    async def scenario() -> tuple[list[object], bool, list[list[int]]]:
+        model = LongRefused(budget=64, limit=50)
+        worker = Worker(cast(Any, model), max_batch_tokens=4096, max_batch_requests=None,
+                        max_wait=0.0, metrics=Metrics())  # fmt: skip
+        worker.start()
+        try:
+            # submitted before the worker task runs: one queued batch, two pieces
+            futures = [worker.submit(_enc(1, 4), Output.EMBEDDING),
+                       worker.submit(_enc(2, 100), Output.EMBEDDING),
+                       worker.submit(_enc(3, 6), Output.EMBEDDING)]  # fmt: skip
+            got = await asyncio.gather(*futures, return_exceptions=True)
+            return list(got), worker.healthy, model.calls
+        finally:
+            await worker.stop()
+
+    got, healthy, calls = asyncio.run(scenario())
+    assert calls == [[4, 6]]  # the long piece raised before it was recorded
+    assert isinstance(got[1], BackendError) and "needs more memory" in str(got[1])
+    for i, length in ((0, 4), (2, 6)):
+        assert not isinstance(got[i], BaseException)
+        assert [float(x) for x in cast(Any, got[i]).value] == [float(i + 1), float(length)]
+    assert healthy
