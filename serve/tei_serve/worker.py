@@ -208,8 +208,7 @@ class Worker:
                 # A failed batch fails its own requests only; the server lives on.
                 log.exception("backend failed on a batch of %d", len(entries))
                 self.healthy = False
-                err = BackendError(f"Backend error: {e}")
-                err.__cause__ = e
+                err = _backend_error(e)
                 for entry in entries:
                     if not entry.payload.future.done():
                         entry.payload.future.set_exception(err)
@@ -229,9 +228,7 @@ class Worker:
                 if future.done():
                     continue
                 if isinstance(value, OutOfMemoryError):
-                    err = BackendError(f"Backend error: {value}")
-                    err.__cause__ = value
-                    future.set_exception(err)
+                    future.set_exception(_backend_error(value))
                 else:
                     future.set_result(Result(value, started - entry.enqueued_at, inference))
 
@@ -239,18 +236,18 @@ class Worker:
 
 
     def _forward(self, output: Output, encodings: Sequence[Encoding]) -> Sequence[Array]:
-        # Timed here, on the model thread: a probe waiting behind a batch is not busy time.
-        started = self.clock()
-        try:
-            return forward_in_pieces(self.model, output, encodings)
-        finally:
-            self.metrics.model_busy(self.clock() - started)
+        """A probe's forward: any refused piece fails it."""
+        values = self._forward_apart(output, encodings)
+        if refused := next((v for v in values if isinstance(v, OutOfMemoryError)), None):
+            raise refused
+        return cast(list[Array], values)
 
     def _forward_apart(
         self, output: Output, encodings: Sequence[Encoding]
     ) -> list[Array | OutOfMemoryError]:
-        """`_forward` for a queued batch: a piece the host's memory refuses (one long input,
-        alone in its piece) fails its own entries, not the other requests batched with it."""
+        """A queued batch's forward: a piece the host's memory refuses (one long input, alone
+        in its piece) fails its own entries, not the other requests batched with it. Timed
+        here, on the model thread: a probe waiting behind a batch is not busy time."""
 
         def piece(batch: Sequence[Encoding]) -> list[Array | OutOfMemoryError]:
             try:
@@ -263,6 +260,12 @@ class Worker:
             return run_packed(encodings, piece, self.model.packing)
         finally:
             self.metrics.model_busy(self.clock() - started)
+
+
+def _backend_error(cause: Exception) -> BackendError:
+    err = BackendError(f"Backend error: {cause}")
+    err.__cause__ = cause
+    return err
 
 
 def forward_in_pieces(
