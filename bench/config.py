@@ -16,17 +16,14 @@ _SHORT = {v: k for k, v in _DTYPES.items()}
 GRAPHS = ("fused", "plain")
 
 
-def engines(dtypes: list[str], *, served: bool = True, graphs: bool = True) -> list[str]:
+def engines(dtypes: list[str], *, graphs: bool = True) -> list[str]:
     """In run order: the baseline first, then ours in-process (the graph the runtime picks
     for this host, then with `graphs` each CPU graph forced, to measure that pick), ours over
-    HTTP and gRPC (EmbedStream), infinity, fastembed. Without `served`: the in-process ones
-    only."""
+    HTTP and gRPC (EmbedStream), infinity, fastembed."""
     ours = [_SHORT[d] for d in dtypes]
     inproc = ["st"] + [f"runtime-{p}" for p in ours]
     if graphs:
         inproc += [f"runtime-{g}-{p}" for p in ours if p != "fp16" for g in GRAPHS]
-    if not served:
-        return inproc
     return (
         inproc
         + [f"serve-{p}" for p in ours]
