@@ -66,25 +66,32 @@ def test_memory_available_is_meminfo_without_a_cgroup_limit(tmp_path: Path) -> N
     assert memory_available(tmp_path) == 20_000_000 * 1024
 
 
+def _memory_cgroup(root: Path, cgroup: str, limits: dict[str, tuple[str, str]],
+                   files: tuple[str, str] = ("memory.max", "memory.current")) -> Path:
+    """A fake host: MEMINFO, /proc/self/cgroup saying `cgroup`, and per cgroup folder under
+    sys/fs/cgroup its (limit, usage) written into `files`."""
+    _write(root, "proc/meminfo", MEMINFO)
+    _write(root, "proc/self/cgroup", cgroup)
+    for folder, values in limits.items():
+        for name, value in zip(files, values, strict=True):
+            _write(root, f"sys/fs/cgroup/{folder}/{name}", value + "\n")
+    return root
+
+
 def test_memory_available_takes_the_tightest_cgroup_headroom(tmp_path: Path) -> None:
     """A container's limit less its usage, the tightest over its cgroup and parents (v2), or
     v1's memory controller; v1's page-rounded 2^63 means no limit."""
     from tei_runtime.host import memory_available
 
-    _write(tmp_path, "proc/meminfo", MEMINFO)
-    _write(tmp_path, "proc/self/cgroup", "0::/kubepods/pod1/ctr\n")
-    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/ctr/memory.max", "4000000000\n")
-    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/ctr/memory.current", "1000000000\n")
-    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/memory.max", "8000000000\n")
-    _write(tmp_path, "sys/fs/cgroup/kubepods/pod1/memory.current", "6500000000\n")
-    assert memory_available(tmp_path) == 1_500_000_000  # the pod's headroom, not the ctr's
-    v1 = tmp_path / "v1"
-    _write(v1, "proc/meminfo", MEMINFO)
-    _write(v1, "proc/self/cgroup", "4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n")
-    _write(v1, "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "2000000000\n")
-    _write(v1, "sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "500000000\n")
-    _write(v1, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")
-    _write(v1, "sys/fs/cgroup/memory/memory.usage_in_bytes", "7000000000\n")
+    v2 = _memory_cgroup(tmp_path / "v2", "0::/kubepods/pod1/ctr\n", {
+        "kubepods/pod1/ctr": ("4000000000", "1000000000"),
+        "kubepods/pod1": ("8000000000", "6500000000"),
+    })  # fmt: skip
+    assert memory_available(v2) == 1_500_000_000  # the pod's headroom, not the ctr's
+    v1 = _memory_cgroup(tmp_path / "v1", "4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n", {
+        "memory/docker/abc": ("2000000000", "500000000"),
+        "memory": ("9223372036854771712", "7000000000"),
+    }, files=("memory.limit_in_bytes", "memory.usage_in_bytes"))  # fmt: skip
     assert memory_available(v1) == 1_500_000_000
 
 
