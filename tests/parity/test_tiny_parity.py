@@ -38,18 +38,26 @@ def _export(checkpoint: Path, out: Path, **options: Any) -> Path:
     return export_model(str(checkpoint), out, quiet=True, **options)
 
 
+GRAPHS = (("float32", "fused"), ("float16", "fused"), ("int8", "fused"), ("float32", "plain"),
+          ("int8", "plain"))
+"""Every (dtype, graph) an export with plain_graphs holds: the plain ones no card loads by
+default, so only these tests run them against the reference."""
+
+
 def _check_manifest(artifact: Path, model_type: str, task: Task) -> None:
     manifest = read_manifest(artifact)
     assert manifest.task is task
     assert {v.precision for v in manifest.variants} == set(Precision)
     card = find_card(model_type, manifest.architecture)
     layers = 2
+    plain = {v.precision for v in manifest.variants if v.graph is GraphForm.PLAIN}
+    # Exported with plain_graphs: the plain traced fp32 and int8 graphs beside the fused ones.
+    assert plain == {Precision.FP32, Precision.INT8}
     for variant in manifest.variants:
         assert variant.validation.min_cosine >= MIN_COSINE[variant.precision]
         if variant.graph is GraphForm.PLAIN:  # onnxruntime fuses it at load
-            # Written only where the card names a class (no --plain-graphs here).
+            # The CPU classes that load it by default are the card's, whoever asked for it.
             assert variant.hosts == card.fusion.plain_graph_cpus.for_precision(variant.precision)
-            assert variant.hosts, variant.name
             continue
         if variant.precision is Precision.INT8:
             continue  # int8 keeps the fused ops but also reads QDQ pairs
@@ -78,15 +86,14 @@ def test_embedder_matches_sentence_transformers(tmp_path: Path, model_type: str)
     card_type = "gemma3_text" if model_type == "gemma3_text" else model_type
     pooling = find_card(card_type, "?").default_pooling.value
     checkpoint = build_checkpoint(tmp_path / "ck", model_type, st_pooling=ST_POOLING[pooling])
-    artifact = _export(checkpoint, tmp_path / "art")
+    artifact = _export(checkpoint, tmp_path / "art", plain_graphs=True)
     _check_manifest(artifact, model_type, Task.EMBED)
 
     reference = _st_reference(checkpoint, TEXTS)
-    for dtype, precision in (("float32", Precision.FP32), ("float16", Precision.FP16),
-                             ("int8", Precision.INT8)):
-        got = tei_runtime.load(artifact, device="cpu", dtype=dtype).embed(TEXTS)
-        found = cosines(got, reference)
-        assert found.min() >= MIN_COSINE[precision], (dtype, found)
+    for dtype, graph in GRAPHS:
+        model = tei_runtime.load(artifact, device="cpu", dtype=dtype, graph=graph)
+        found = cosines(model.embed(TEXTS), reference)
+        assert found.min() >= MIN_COSINE[model.precision], (dtype, graph, found)
     served = served_embeddings(tei_runtime.load(artifact, device="cpu"), TEXTS)
     assert cosines(served, reference).min() >= MIN_COSINE[Precision.FP32], "served /embed"
     if model_type in DECODERS:
@@ -167,11 +174,14 @@ def test_sequence_classification_matches_transformers(
     checkpoint = build_checkpoint(
         tmp_path / "ck", model_type, head="sequence-classification", num_labels=labels
     )
-    artifact = _export(checkpoint, tmp_path / "art")
+    artifact = _export(checkpoint, tmp_path / "art", plain_graphs=True)
     task = Task.RERANK if labels == 1 else Task.CLASSIFY
     _check_manifest(artifact, model_type, task)
     inputs: list[Any] = PAIRS if labels == 1 else TEXTS
     reference = _hf_logits(checkpoint, inputs)
+    plain = tei_runtime.load(artifact, device="cpu", graph="plain")
+    np.testing.assert_allclose(plain.predict(inputs, raw_scores=True), reference, atol=1e-4,
+                               rtol=1e-4)
     model = tei_runtime.load(artifact, device="cpu")
     raw = model.predict(inputs, raw_scores=True)
     np.testing.assert_allclose(raw, reference, atol=1e-4, rtol=1e-4)
@@ -194,21 +204,24 @@ def test_splade_matches_transformers(tmp_path: Path) -> None:
     import tei_runtime
 
     checkpoint = build_checkpoint(tmp_path / "ck", "bert", head="masked-lm")
-    artifact = _export(checkpoint, tmp_path / "art", pooling="splade")
+    artifact = _export(checkpoint, tmp_path / "art", pooling="splade", plain_graphs=True)
     _check_manifest(artifact, "bert", Task.SPARSE)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
     mlm = transformers.AutoModelForMaskedLM.from_pretrained(
         str(checkpoint), attn_implementation="eager"
     ).eval()
-    got = tei_runtime.load(artifact, device="cpu").embed_sparse(TEXTS)
-    for text, sparse in zip(TEXTS, got, strict=True):
+    expected = []
+    for text in TEXTS:
         with torch.no_grad():
             logits = mlm(**tokenizer(text, return_tensors="pt")).logits[0]
-        expected = torch.log1p(torch.relu(logits)).max(dim=0).values.numpy()
-        dense = np.zeros_like(expected)
-        dense[sparse.indices] = sparse.values
-        np.testing.assert_allclose(dense, expected, atol=1e-4)
-        assert set(sparse.indices) == set(np.flatnonzero(expected > 0).tolist())
+        expected.append(torch.log1p(torch.relu(logits)).max(dim=0).values.numpy())
+    for graph in ("fused", "plain"):
+        got = tei_runtime.load(artifact, device="cpu", graph=graph).embed_sparse(TEXTS)
+        for want, sparse in zip(expected, got, strict=True):
+            dense = np.zeros_like(want)
+            dense[sparse.indices] = sparse.values
+            np.testing.assert_allclose(dense, want, atol=1e-4, err_msg=graph)
+            assert set(sparse.indices) == set(np.flatnonzero(want > 0).tolist()), graph
 
 
 def test_fused_counts_scale_with_layers(tmp_path: Path) -> None:
