@@ -570,6 +570,52 @@ def test_ten_thousand_messages_in_one_stream(
     assert r.serving.admission.permits.available == 512
 
 
+def test_a_client_that_writes_every_message_before_reading_is_answered(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """grpc-go's and grpc.aio's usual pattern: all writes, then the reads. Answers the client
+    has not read yet must not hold the stream's window (4 here), or the server stops reading
+    once ~a window of them fills the transport and both sides wait on each other."""
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED, max_concurrent_requests=4, max_input_length=2048)
+    text = " ".join(["hello", "world"] * 1500)  # 3000 tokens: ~50 KB per answer
+    count = 600  # ~30 MB of answers: 10 MB could wait unread in the transport here
+    written = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        for _ in range(count):
+            yield pb.EncodeRequest(inputs=text)
+        written.set()
+
+    answers = stubs.TokenizeStub(r.channel).TokenizeStream(requests(), timeout=120)
+    assert written.wait(60), "the server stopped reading the unread client's messages"
+    lengths = [len(a.tokens) for a in answers]
+    assert lengths == [3000] * count
+    assert r.serving.admission.permits.available == 4
+
+
+def test_a_stream_sends_its_headers_before_the_first_message(
+    grpc_serve: Callable[..., RunningGrpc], client: Any
+) -> None:
+    """A client may wait for the response headers (grpc-go's `Header()`) before it writes."""
+    pb, stubs = client
+    r = grpc_serve(Task.EMBED)
+    go = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        go.wait(30)
+        yield pb.EmbedRequest(inputs="hello world")
+
+    call = stubs.EmbedStub(r.channel).EmbedStream(requests(), timeout=60)
+    headers: queue.Queue[Any] = queue.Queue()
+    threading.Thread(target=lambda: headers.put(call.initial_metadata()), daemon=True).start()
+    try:
+        headers.get(timeout=10)
+    finally:
+        go.set()
+    assert [len(a.embeddings) for a in call] == [16]
+
+
 def test_stream_messages_wait_for_permits_where_unary_calls_are_refused(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:

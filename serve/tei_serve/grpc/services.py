@@ -293,6 +293,10 @@ class TeiServices:
     async def streamed(
         self, call: Call, requests: AsyncIterator[Req], answer: Callable[[Req], Awaitable[Resp]]
     ) -> AsyncGenerator[Resp, None]:
+        # The response headers go out at once, as tonic's do for TEI's streams: a client may
+        # wait for them (grpc-go's `Header()`, grpc.aio's `initial_metadata()`) before it
+        # writes its first message.
+        await call.context.send_initial_metadata(())
         try:
             self.known_model(call)
             async for response in answer_in_order(

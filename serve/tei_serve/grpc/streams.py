@@ -3,8 +3,12 @@
 A gRPC stream's messages are each one request to the serving core. Awaiting them one by one
 would run them one batch each; starting every message as it arrives lets the batcher pack
 the messages of one stream (and of other callers) together. At most `window` messages are
-unanswered at a time: once the window is full the next message is not read, so HTTP/2 flow
-control pushes back on the client instead of 10,000 messages becoming 10,000 tasks.
+being answered at a time: once that many are, the next message is not read until one of them
+is done, so HTTP/2 flow control pushes back on the client instead of 10,000 messages becoming
+10,000 tasks. A finished answer frees its place before the client reads it, as TEI's stream
+answers go to an unbounded channel: a client that writes every message before it reads any
+(grpc-go's and grpc.aio's usual pattern) would otherwise stop the server's reading once a
+window of answers waits unread, while it waits itself for its writes to go through.
 
 Answers come out in the order the requests came in. The first failure ends the stream with
 that error (as a failed message ends TEI's stream); the messages still in flight are then
@@ -35,7 +39,8 @@ async def answer_in_order(
     *,
     window: int,
 ) -> AsyncIterator[Resp]:
-    """Yield `await answer(r)` for each request `r`, in order, at most `window` in flight."""
+    """Yield `await answer(r)` for each request `r`, in order, at most `window` being answered
+    at a time (answered ones wait for the client without holding a place)."""
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
     slots = asyncio.Semaphore(window)
@@ -45,7 +50,9 @@ async def answer_in_order(
         try:
             async for request in requests:
                 await slots.acquire()
-                started.put_nowait(asyncio.ensure_future(answer(request)))
+                answering = asyncio.ensure_future(answer(request))
+                answering.add_done_callback(lambda _: slots.release())
+                started.put_nowait(answering)
         except Exception as e:  # the transport's read error, answered after what came before
             started.put_nowait(_End(e))
         else:
@@ -59,11 +66,7 @@ async def answer_in_order(
                 if item.error is not None:
                     raise item.error
                 return
-            try:
-                result = await item
-            finally:
-                slots.release()
-            yield result
+            yield await item
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):

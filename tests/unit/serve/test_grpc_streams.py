@@ -84,6 +84,29 @@ def test_window_bounds_what_is_in_flight() -> None:
     assert results == [i * 10 for i in range(10)]
 
 
+def test_answers_the_client_has_not_read_hold_no_place_in_the_window() -> None:
+    """The window bounds the messages being answered, not the answers waiting to be read: a
+    client that writes everything before reading must not stop the reading (as TEI's
+    unbounded answer channel does not)."""
+
+    async def main() -> tuple[list[int], list[int]]:
+        g = Gated()
+        for i in range(10):
+            g.gate(i).set()  # every answer is done as soon as it starts
+        out = answer_in_order(_requests(10), g.answer, window=2)
+        first = await anext(out)  # then nothing is read for a while
+        for _ in range(200):
+            if len(g.started) == 10:
+                break
+            await asyncio.sleep(0)
+        started = list(g.started)
+        return started, [first] + [r async for r in out]
+
+    started, results = asyncio.run(main())
+    assert started == list(range(10))
+    assert results == [i * 10 for i in range(10)]
+
+
 def test_first_failure_ends_the_stream_and_cancels_the_rest() -> None:
     async def requests() -> AsyncIterator[int]:
         for i in (0, -1, 2, 3):
