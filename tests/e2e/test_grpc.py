@@ -368,6 +368,17 @@ def test_unhealthy_is_unavailable_and_health_follows_the_backend(
     assert (code, text) == (grpc.StatusCode.UNAVAILABLE, "server is shutting down")
 
 
+def test_health_of_an_unknown_service_is_not_found_as_tonic_health_answers(
+    grpc_serve: Callable[..., RunningGrpc],
+) -> None:
+    r = grpc_serve(Task.EMBED)
+    health = health_pb2_grpc.HealthStub(r.channel)
+    ask = health_pb2.HealthCheckRequest(service="tei.v1.Embedd")
+    for call in (lambda: health.Check(ask), lambda: list(health.Watch(ask, timeout=10))):
+        code, text = _code(call)
+        assert (code, text) == (grpc.StatusCode.NOT_FOUND, "service not registered")
+
+
 def test_watch_sees_a_failed_batch_and_the_recovery(
     grpc_serve: Callable[..., RunningGrpc], client: Any
 ) -> None:

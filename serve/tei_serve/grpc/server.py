@@ -20,6 +20,7 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+import grpc
 from google.protobuf import descriptor_pool
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -68,6 +69,8 @@ class ModelHealth(health.aio.HealthServicer):
 
     def __init__(self, models: Models) -> None:
         super().__init__()
+        self.registered = {""}
+        """The services given a status: the server's ("") and those `set` names."""
         self.models = models
         served = {name for s in models.servings for name in model_services(s.task)}
         self.followed = ("", *(name for name in MODEL_SERVICES if name in served))
@@ -95,12 +98,30 @@ class ModelHealth(health.aio.HealthServicer):
             await self.set(name, health_pb2.HealthCheckResponse.SERVING if all(answering)
                            else health_pb2.HealthCheckResponse.NOT_SERVING)  # fmt: skip
 
+    async def set(self, service: str, status: Any) -> None:
+        self.registered.add(service)
+        await super().set(service, status)
+
+    async def _known(self, service: str, context: aio.ServicerContext[Any, Any]) -> None:
+        """A service nobody registered fails NOT_FOUND in tonic-health's words, Watch as well
+        as Check (grpcio's Watch would stream SERVICE_UNKNOWN and stay open: a TEI client
+        watching a misspelled name would wait forever)."""
+        if service not in self.registered:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "service not registered")
+
     async def Check(  # noqa: N802 (the gRPC method's name)
         self, request: health_pb2.HealthCheckRequest, context: aio.ServicerContext[Any, Any]
     ) -> health_pb2.HealthCheckResponse:
+        await self._known(request.service, context)
         if request.service in self.followed:
             await self.refresh()
         return await super().Check(request, context)
+
+    async def Watch(  # noqa: N802 (the gRPC method's name)
+        self, request: health_pb2.HealthCheckRequest, context: aio.ServicerContext[Any, Any]
+    ) -> None:
+        await self._known(request.service, context)
+        await super().Watch(request, context)
 
 
 METADATA_LIMIT = 1 << 20
