@@ -221,7 +221,9 @@ def decode(body: bytes, type_: type[T], *, nested_in: int = 0) -> T:
         and _nesting(value) >= limit
     ):
         raise BodyError(f"{_SYNTAX}: recursion limit exceeded", status=400)
-    duplicate = _duplicate_field(body, KEY_PATTERNS[type_], FIELD_NAMES[type_])
+    # A /vertex instance is read by TEI as serde_json's Value first, which keeps the last
+    # of a repeated key: only a body's own fields can be refused as repeated.
+    duplicate = _duplicate_field(body, type_) if nested_in == 0 else None
     if duplicate is not None:
         raise BodyError(f"{shape}duplicate field `{duplicate}`")
     return value
@@ -289,16 +291,19 @@ _SHAPE = "Failed to deserialize the JSON body into the target type"
 _SYNTAX = "Failed to parse the request body as JSON"
 
 
-def _field_names(type_: Any) -> frozenset[str]:
-    """The wire names of `type_`'s fields and of the Structs nested in it."""
+def _structs_in(type_: Any) -> list[type[msgspec.Struct]]:
+    """The Struct types a field's type names (itself, or the members of its union)."""
     if isinstance(type_, type) and issubclass(type_, msgspec.Struct):
-        names = set(type_.__struct_encode_fields__)
-        for field in msgspec.structs.fields(type_):
-            names |= _field_names(field.type)
-        return frozenset(names)
-    names = set()
-    for arg in get_args(type_):
-        names |= _field_names(arg)
+        return [type_]
+    return [t for arg in get_args(type_) for t in _structs_in(arg)]
+
+
+def _field_names(type_: type[msgspec.Struct]) -> frozenset[str]:
+    """The wire names of `type_`'s fields and of the Structs nested in it."""
+    names = set(type_.__struct_encode_fields__)
+    for field in msgspec.structs.fields(type_):
+        for nested in _structs_in(field.type):
+            names |= _field_names(nested)
     return frozenset(names)
 
 
@@ -308,23 +313,43 @@ def _key_pattern(names: frozenset[str]) -> re.Pattern[bytes]:
     return re.compile(rb'"(' + alternatives + rb')"\s*:')
 
 
-def _duplicate_field(body: bytes, keys: re.Pattern[bytes], names: frozenset[str]) -> str | None:
-    """A known field given twice in one object (msgspec keeps the last; serde refuses)."""
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its key-value pairs in body order, repeats kept."""
+
+
+def _duplicate_field(body: bytes, type_: type[Any]) -> str | None:
+    """A field of `type_` given twice in one object that serde deserializes into a struct:
+    the body's own, and those of its Struct-typed fields (msgspec keeps the last; serde
+    refuses). Repeats inside a field decoded as any JSON, or an unknown one, are kept as
+    serde_json's Value keeps them (the last wins)."""
     # One cheap pass first: a key given twice in one object is matched twice in the body.
-    seen = keys.findall(body)
+    seen = KEY_PATTERNS[type_].findall(body)
+    # (A key spelled with \u escapes is not matched: `"dim\u0065nsions"` beside `"dimensions"`
+    # is taken, the last winning; finding such keys cost more than the decode on long
+    # escaped texts.)
     if len(seen) == len(set(seen)):
         return None
-    found: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> None:
-        listed = [k for k, _ in items]
-        found.extend(k for k in set(listed) if k in names and listed.count(k) > 1)
-
     try:
-        json.loads(body, object_pairs_hook=pairs)
+        tree = json.loads(body, object_pairs_hook=_Pairs)
     except RecursionError as e:  # msgspec's limit and the json module's differ
         raise BodyError(f"{_SYNTAX}: nested too deeply", status=400) from e
-    return min(found) if found else None
+    return _repeated(tree, type_)
+
+
+def _repeated(value: Any, type_: type[msgspec.Struct]) -> str | None:
+    if not isinstance(value, _Pairs):
+        return None
+    fields = {f.encode_name: f for f in msgspec.structs.fields(type_)}
+    keys = [k for k, _ in value]
+    twice = sorted(k for k in set(keys) if k in fields and keys.count(k) > 1)
+    if twice:
+        return twice[0]
+    last = dict(value)  # the value msgspec decoded for each field
+    for name, field in fields.items():
+        for nested in _structs_in(field.type):
+            if (found := _repeated(last.get(name), nested)) is not None:
+                return found
+    return None
 
 
 FIELD_NAMES: dict[type[Any], frozenset[str]] = {t: _field_names(t) for t in DECODERS}

@@ -82,8 +82,18 @@ def test_duplicate_keys() -> None:
     ok = decode(b'{"inputs": "say \\"inputs\\" twice: \\"inputs\\"", "x": {"inputs": 1}}',
                 EmbedRequest)
     assert ok.inputs == 'say "inputs" twice: "inputs"'
-    # Unknown fields are ignored, as TEI does, even when repeated.
+    # Unknown fields are ignored, as TEI does, even when repeated, and so are repeats inside
+    # them or inside a field decoded as any JSON (serde_json's Value keeps the last).
     assert decode(b'{"inputs": "a", "x": 1, "x": 2}', EmbedRequest).inputs == "a"
+    body = b'{"inputs": "a", "meta": {"normalize": 1, "normalize": 2}}'
+    assert decode(body, EmbedRequest).normalize is True
+    assert decode(b'{"ids": {"ids": 1, "ids": 2}}', DecodeRequest).ids == {"ids": 2}
+    # A /vertex instance is read as a Value first: its repeats are kept, the last winning.
+    instance = b'{"inputs": "a", "normalize": true, "normalize": false}'
+    assert decode(instance, EmbedRequest, nested_in=2).normalize is False
+    # An escaped text that is no key, or an escaped unknown key, is no duplicate.
+    escaped = b'{"inputs": ["caf\\u00e9", "\\u00e9"], "\\u0078": 1}'
+    assert decode(escaped, EmbedRequest).inputs == ["caf\u00e9", "\u00e9"]
 
 
 def _refused_422(body: bytes, type_: type[Any], parse: Callable[[Any], object]) -> None:
