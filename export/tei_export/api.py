@@ -115,12 +115,48 @@ def _prepare_output(output_dir: Path, overwrite: bool) -> Path | None:
 
 
 def _check_replaceable(output_dir: Path) -> None:
-    """--overwrite replaces an earlier artifact, never a folder of other things."""
-    if any(output_dir.iterdir()) and not (output_dir / MANIFEST_NAME).is_file():
+    """--overwrite replaces an earlier artifact, never a folder of other things: an empty
+    folder, or one whose manifest.json is a tei-onnx manifest (of any schema version: an
+    upgrade re-exports over its older artifacts) and which holds nothing the manifest does not
+    name. A `manifest.json` alone is no proof (a browser extension's or a web app's folder
+    has one), and files a user added to an artifact are theirs."""
+    entries = sorted(p.name for p in output_dir.iterdir())
+    if not entries:
+        return
+    refusal = "--overwrite replaces only an earlier artifact or an empty folder"
+    manifest = output_dir / MANIFEST_NAME
+    if not manifest.is_file():
+        raise ExportError(f"{output_dir} is not an artifact folder (no {MANIFEST_NAME}); "
+                          f"{refusal}")  # fmt: skip
+    try:
+        fields = msgspec.json.decode(manifest.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        fields = None
+    if not isinstance(fields, dict) or not {"schema_version", "variants"} <= fields.keys():
         raise ExportError(
-            f"{output_dir} is not an artifact folder (no {MANIFEST_NAME}); --overwrite "
-            f"replaces only an earlier artifact or an empty folder"
+            f"{output_dir} is not an artifact folder (its {MANIFEST_NAME} is not a tei-onnx "
+            f"manifest); {refusal}"
         )
+    named = _strings_in(fields)
+    others = [e for e in entries if e != MANIFEST_NAME and e not in named]
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise ExportError(
+            f"{output_dir} holds what its artifact's manifest does not name ({shown}): "
+            f"{refusal}; move those out first, or export elsewhere"
+        )
+
+
+def _strings_in(value: object) -> set[str]:
+    """Every string in a decoded JSON value, keys too (external data files are keys): the
+    file names a manifest of any version names."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return {s for k, v in value.items() for s in (k, *_strings_in(v))}
+    if isinstance(value, list):
+        return {s for v in value for s in _strings_in(v)}
+    return set()
 
 
 def _check_renamable(output_dir: Path) -> None:

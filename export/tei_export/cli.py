@@ -145,8 +145,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace OUTPUT_DIR if it is an earlier artifact (has manifest.json) or an empty "
-        "folder; anything else is refused",
+        help="replace OUTPUT_DIR if it is an earlier artifact (a tei-onnx manifest.json and "
+        "only the files it names) or an empty folder; anything else is refused",
     )
     p.add_argument("--quiet", action="store_true",
                    help="no progress display or notes, and no warnings from transformers "

@@ -209,15 +209,24 @@ def test_overwrite_replaces_only_an_artifact(tmp_path: Path, tiny_bert: Path) ->
     file_out = _cli(str(checkpoint), str(a_file), "--overwrite")
     assert file_out.returncode == 1 and "is a file" in file_out.stderr
     assert a_file.read_text() == "x"
-    # An artifact folder that holds the checkpoint is not replaced either.
+    # An artifact folder that holds the checkpoint is not replaced either (even where its
+    # manifest names the checkpoint's folder as one of its files).
     holder = tmp_path / "holder"
     holder.mkdir()
-    (holder / "manifest.json").write_text("{}")
+    (holder / "manifest.json").write_text('{"schema_version": 1, "variants": [{"file": "ck"}]}')
     inside = _copy(tiny_bert, holder / "ck")
     held = _cli(str(inside), str(holder), "--overwrite")
     assert held.returncode == 1 and "holds the checkpoint" in held.stderr, held.stderr
     assert sorted(p.name for p in inside.iterdir()) == before
-    for result in (itself, parent, file_out, held):
+    # A manifest.json alone is no artifact: a web app's folder is refused, nothing taken.
+    webapp = tmp_path / "webapp"
+    (webapp / "src").mkdir(parents=True)
+    (webapp / "manifest.json").write_text('{"name": "my app", "start_url": "/"}')
+    (webapp / "src" / "index.js").write_text("main()")
+    app = _cli(str(checkpoint), str(webapp), "--overwrite")
+    assert app.returncode == 1 and "not a tei-onnx manifest" in app.stderr, app.stderr
+    assert (webapp / "src" / "index.js").read_text() == "main()"
+    for result in (itself, parent, file_out, held, app):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
