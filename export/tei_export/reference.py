@@ -165,6 +165,7 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
             f"would silently drop (does config.json belong to these weights?): "
             f"{', '.join(b + '*' for b in blocks)} ({len(beyond)} weights)"
         )
+    _check_finite(path, model)
     _restore_init_buffers(model)
     model.eval()
     answer_head = None
@@ -186,6 +187,20 @@ def load_module(plan: ExportPlan, path: Path, *, trust_remote_code: bool = False
                 reason = " ".join(str(e).split())
                 raise ExportError(f"{folder}: cannot load the Dense module ({reason})") from e
     return ExportModule(model, plan, dense, answer_head).eval()
+
+
+def _check_finite(path: Path, model: torch.nn.Module) -> None:
+    """A NaN or infinite weight (a damaged or badly converted checkpoint) makes every output
+    NaN: said here in one line, not as a failure deep in int8 calibration or validation.
+    Parameters only: buffers may hold -inf on purpose (causal masks)."""
+    damaged = [name for name, weight in model.named_parameters()
+               if not bool(torch.isfinite(weight).all())]  # fmt: skip
+    if damaged:
+        more = f" and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+        raise ExportError(
+            f"{path}: the checkpoint's weights hold NaN or infinite values, so the model's "
+            f"every output would too: {', '.join(damaged[:3])}{more}"
+        )
 
 
 def needed_but_missing(missing: Iterable[str], head: Head) -> list[str]:

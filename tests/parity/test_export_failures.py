@@ -120,6 +120,22 @@ def test_garbage_weights(tmp_path: Path, tiny_bert: Path) -> None:
     _assert_failed_cleanly(_cli(str(checkpoint), str(out)), out, "cannot load the weights")
 
 
+def test_a_nan_weight_is_named_before_any_work(tmp_path: Path, tiny_bert: Path) -> None:
+    """One NaN weight made every output NaN and failed deep in int8 calibration, or in
+    validation, with a traceback."""
+    from safetensors.numpy import load_file, save_file
+
+    checkpoint = _copy(tiny_bert, tmp_path / "ck")
+    weights = load_file(str(checkpoint / "model.safetensors"))
+    name = next(k for k in sorted(weights) if k.endswith("query.weight"))
+    weights[name][0, 0] = float("nan")
+    save_file(weights, str(checkpoint / "model.safetensors"), metadata={"format": "pt"})
+    out = tmp_path / "out" / "artifact"
+    for variants in ("fp32", "fp32,int8"):
+        _assert_failed_cleanly(_cli(str(checkpoint), str(out), "--variants", variants), out,
+                               "NaN or infinite", name.split(".", 1)[-1])  # fmt: skip
+
+
 def test_missing_weights_are_named_not_filled_with_noise(tmp_path: Path, tiny_bert: Path) -> None:
     """transformers fills a weight the checkpoint lacks with random values; the export would
     then ship noise (or fail validation, blaming itself). The error names the weights."""
