@@ -5,7 +5,9 @@ is closed after its answer."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -219,3 +221,32 @@ def test_pipelined_requests_past_the_limit_close_the_connection(
         answered = received.count(b"HTTP/1.1 200")  # the loop ended: the server closed
         assert answered <= 8, answered
     assert r.client.get("/health").status_code == 200
+
+
+def test_an_answer_finished_after_its_pipelined_connection_was_cut_is_dropped_quietly(
+    serve: Callable[..., Running], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The request being answered when a flood cuts its connection is not the newest one
+    parsed, which is all uvicorn marks as gone: its answer was written to the closed
+    transport, and every flood logged an ERROR traceback."""
+    monkeypatch.setattr(KeepAliveHttp10Protocol, "max_pipelined", 8)
+    r = serve(Task.EMBED)
+    model = r.serving.model
+    model.gate.clear()
+    url = urlsplit(r.url)
+    body = b'{"inputs": "held"}'
+    request = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    with caplog.at_level(logging.INFO), socket.create_connection(
+        (url.hostname, url.port), timeout=30
+    ) as sock:
+        sock.sendall(request)
+        assert model.running.wait(10)  # the first request is in the model
+        sock.sendall(request * 200)
+        with contextlib.suppress(ConnectionResetError):  # an RST: the flood lay unread
+            assert sock.recv(65536) == b""  # cut, unanswered
+        model.gate.set()
+        assert r.client.post("/embed", json={"inputs": "after"}).status_code == 200
+    errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert errors == [], [rec.getMessage() for rec in errors]

@@ -77,6 +77,11 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._refused = False
         """The connection was answered 431 or cut: what else arrives is not parsed."""
+        self._unanswered: list[Any] = []
+        """The request cycles whose answers are not complete, the running one and those
+        pipelined behind it: uvicorn marks only the newest one parsed as disconnected when
+        the connection goes, so the running one's answer would be written to a closed
+        transport (an ERROR traceback in the log for every flood cut)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -140,6 +145,12 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
         self._cancel(self._read_deadline)
         self._cancel(self._write_deadline)
         self._read_deadline = self._write_deadline = None
+        for cycle in self._unanswered:
+            if not getattr(cycle, "response_complete", True):
+                cycle.disconnected = True
+                if (event := getattr(cycle, "message_event", None)) is not None:
+                    event.set()  # a handler reading its body sees the client gone
+        self._unanswered.clear()
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -197,6 +208,9 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
             return
         super().on_headers_complete()
         cycle = self.cycle
+        if cycle is not None and hasattr(cycle, "disconnected"):
+            self._unanswered = [c for c in self._unanswered if not c.response_complete]
+            self._unanswered.append(cycle)
         # The cycle is this request's only if the parent made one (an upgrade returns early);
         # a uvicorn whose cycle lacks what this relies on keeps its own HTTP/1.0 behaviour.
         if (
