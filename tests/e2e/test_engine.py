@@ -287,6 +287,48 @@ def test_a_client_that_reads_nothing_does_not_hold_the_shutdown(tokenizer_json: 
             proc.wait()
 
 
+def test_a_stalled_upload_is_answered_503_and_does_not_hold_the_shutdown(
+    tokenizer_json: Path,
+) -> None:
+    """A request whose body stopped arriving at SIGTERM held the exit for the whole grace
+    period (20 s here), then got uvicorn's bare 500 and an ERROR traceback; an upload still
+    arriving may finish."""
+    import socket
+
+    proc, url = _serve_fake(tokenizer_json, "0", "20")
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"inputs": "hello world"}).encode()
+        head = (b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body))  # fmt: skip
+        with socket.create_connection((host, int(port)), timeout=30) as stalled, \
+                socket.create_connection((host, int(port)), timeout=30) as slow:  # fmt: skip
+            stalled.sendall(head + body[:5])
+            slow.sendall(head + body[:5])
+            time.sleep(0.5)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            for piece in range(5, len(body)):  # the slow one keeps sending, 1 byte / 0.3 s
+                time.sleep(0.3)
+                slow.sendall(body[piece:piece + 1])
+            slow_answer = slow.recv(65536)
+            stalled_answer = stalled.recv(65536)
+            out, _ = proc.communicate(timeout=60)
+            took = time.monotonic() - started
+        assert proc.returncode == 0, out[-3000:]
+        assert took < 12, f"shutdown waited {took:.1f} s on a stalled upload"
+        assert slow_answer.startswith(b"HTTP/1.1 200"), slow_answer[:200]
+        assert stalled_answer.startswith(b"HTTP/1.1 503"), stalled_answer[:200]
+        assert stalled_answer.endswith(
+            b'{"error":"server is shutting down","error_type":"Unhealthy"}'
+        )
+        assert "Traceback" not in out, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_every_error_answer_is_logged_as_its_kind(
     serve: Callable[..., Running], caplog: pytest.LogCaptureFixture
 ) -> None:

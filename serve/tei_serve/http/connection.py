@@ -34,6 +34,11 @@ _HEADERS_TOO_LARGE = (
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 )
+_STOPPED_BODY = b'{"error":"server is shutting down","error_type":"Unhealthy"}'
+_SHUTTING_DOWN = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_STOPPED_BODY), _STOPPED_BODY)
+)
 
 
 def asks_keep_alive(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -63,6 +68,10 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
     """A request's target and headers together; past it, 431 and the connection closes.
     uvicorn keeps every header byte it is sent (a client streaming headers that never end
     grew the server by a gigabyte in two seconds); hyper, under TEI, stops at ~400 KB."""
+    shutdown_read_seconds = 5.0
+    """At shutdown, how long a request still being read may go without a byte before it is
+    answered 503 and closed: a stalled upload held the exit for the whole grace period, then
+    got uvicorn's bare 500."""
     max_pipelined = 1024
     """Requests parsed ahead of the one being answered (HTTP/1.1 pipelining); past it the
     connection closes. uvicorn resumed reading after each answer, so a client that sends
@@ -77,6 +86,8 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._refused = False
         """The connection was answered 431 or cut: what else arrives is not parsed."""
+        self._stopping = False
+        """The server is shutting down while this connection's request is being read."""
         self._unanswered: list[Any] = []
         """The request cycles whose answers are not complete, the running one and those
         pipelined behind it: uvicorn marks only the newest one parsed as disconnected when
@@ -89,6 +100,8 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if not self._refused:
+            if self._stopping and self._read_deadline is not None:
+                self._arm_read_deadline(self.shutdown_read_seconds)  # still arriving
             super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -172,17 +185,26 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
             # done or cannot be delivered; drop it now.
             self.transport.abort()
             return
+        if self._read_deadline is not None and not self.transport.is_closing():
+            # A request is being read: it may finish in the grace period if its bytes keep
+            # coming, not if they stopped.
+            self._stopping = True
+            self._arm_read_deadline(self.shutdown_read_seconds)
         super().shutdown()
 
-    def _arm_read_deadline(self) -> None:
+    def _arm_read_deadline(self, seconds: float | None = None) -> None:
         self._cancel(self._read_deadline)
-        self._read_deadline = self.loop.call_later(self.request_read_seconds, self._read_late)
+        self._read_deadline = self.loop.call_later(
+            self.request_read_seconds if seconds is None else seconds, self._read_late
+        )
 
     def _read_late(self) -> None:
         self._read_deadline = None
         if self.transport.is_closing():
             return
-        if self._in_headers:
+        if self._stopping:
+            self.transport.write(_SHUTTING_DOWN)  # the server will not wait for the rest
+        elif self._in_headers:
             self.transport.write(_REQUEST_TIMEOUT)
         # A connection that never sent a byte is closed as an idle one is (a 408 there could
         # be read as the answer to a request sent meanwhile); mid-body, the handler sees the
