@@ -250,3 +250,43 @@ def test_an_answer_finished_after_its_pipelined_connection_was_cut_is_dropped_qu
         assert r.client.post("/embed", json={"inputs": "after"}).status_code == 200
     errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
     assert errors == [], [rec.getMessage() for rec in errors]
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(0.3)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_past_the_connection_cap_a_new_connection_closes_the_longest_idle(
+    serve: Callable[..., Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One client holding thousands of idle keep-alive connections used every descriptor and
+    locked every other client out; past the cap the longest idle go, never a busy one."""
+    monkeypatch.setattr(KeepAliveHttp10Protocol, "connection_cap", 10)
+    r = serve(Task.EMBED)
+    url = urlsplit(r.url)
+    address = (url.hostname, url.port)
+    busy = socket.create_connection(address, timeout=30)  # the oldest, mid-request
+    busy.sendall(b"GET /health HTTP/1.1\r\nHo")
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(14):
+            sock = socket.create_connection(address, timeout=30)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            idle.append(sock)
+            time.sleep(0.02)  # a distinct idle time each
+        closed = [i for i, sock in enumerate(idle) if _closed_by_server(sock)]
+        assert closed == list(range(len(closed))) and closed, closed  # the longest idle
+        assert len(idle) - len(closed) + 1 <= 10
+        busy.sendall(b"st: x\r\n\r\n")
+        assert busy.recv(65536).startswith(b"HTTP/1.1 200")  # never closed
+        assert r.client.get("/health").status_code == 200
+    finally:
+        for sock in (busy, *idle):
+            sock.close()

@@ -22,6 +22,7 @@ runs out of them, and each client that never reads holds its whole answer in mem
 from __future__ import annotations
 
 import asyncio
+import resource
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -39,6 +40,13 @@ _SHUTTING_DOWN = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_STOPPED_BODY), _STOPPED_BODY)
 )
+
+
+def _default_cap() -> int:
+    """80% of the open-file limit: the rest for the model's files, the tokenizer pool, the
+    metrics port and the connections being answered."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, int(soft * 0.8)) if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def asks_keep_alive(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -68,6 +76,11 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
     """A request's target and headers together; past it, 431 and the connection closes.
     uvicorn keeps every header byte it is sent (a client streaming headers that never end
     grew the server by a gigabyte in two seconds); hyper, under TEI, stops at ~400 KB."""
+    connection_cap: int | None = None
+    """Open connections past which a new one closes the longest idle (keep-alive ones between
+    requests, and sockets that have sent nothing yet); None: 80% of the process's open-file
+    limit. Without it one client holding thousands of idle keep-alive connections (620 s each)
+    used every descriptor, and every other client was refused until it let go."""
     shutdown_read_seconds = 5.0
     """At shutdown, how long a request still being read may go without a byte before it is
     answered 503 and closed: a stalled upload held the exit for the whole grace period, then
@@ -88,6 +101,8 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
         """The connection was answered 431 or cut: what else arrives is not parsed."""
         self._stopping = False
         """The server is shutting down while this connection's request is being read."""
+        self._idle_since: float | None = None
+        """When the connection last had no request in progress (None while it has one)."""
         self._unanswered: list[Any] = []
         """The request cycles whose answers are not complete, the running one and those
         pipelined behind it: uvicorn marks only the newest one parsed as disconnected when
@@ -97,6 +112,23 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_read_deadline()
+        self._idle_since = self.loop.time()
+        cap = self.connection_cap if self.connection_cap is not None else _default_cap()
+        if len(self.connections) > cap:
+            self._close_idle(len(self.connections) - cap + max(1, cap // 100))
+
+    def _close_idle(self, count: int) -> None:
+        """Close up to `count` idle connections, the longest idle first (never this one)."""
+        idle: list[tuple[float, Any]] = []
+        for connection in self.connections:
+            since = getattr(connection, "_idle_since", None)
+            if connection is not self and since is not None:
+                idle.append((since, connection))
+        idle.sort(key=lambda pair: pair[0])
+        for _, connection in idle[:count]:
+            transport = getattr(connection, "transport", None)
+            if transport is not None and not transport.is_closing():
+                transport.close()
 
     def data_received(self, data: bytes) -> None:
         if not self._refused:
@@ -105,6 +137,7 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
             super().data_received(data)
 
     def on_message_begin(self) -> None:
+        self._idle_since = None
         super().on_message_begin()
         self._in_headers = True
         self._head_bytes = 0
@@ -142,6 +175,8 @@ class KeepAliveHttp10Protocol(HttpToolsProtocol):
         if self.pipeline and not self.transport.is_closing():
             # uvicorn resumed reading above; more requests are already waiting their turn.
             self.flow.pause_reading()
+        elif not self.pipeline and not self._in_headers:
+            self._idle_since = self.loop.time()
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:  # the rest of a refused connection's chunk is parsed, unused
