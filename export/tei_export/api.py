@@ -500,6 +500,9 @@ def _build(
 
     # The plain fp32 graph is also the source of the plain int8 one.
     plain_wanted = any(plain_of(p) for p in plan.precisions)
+    if plain_graphs and not plain_wanted:
+        progress.warn("--plain-graphs does nothing here: plain graphs are fp32 and int8, and "
+                      "neither is exported")  # fmt: skip
     with progress.stage(f"fuse ({plan.card.fusion.optimizer})"):
         fused_counts = fuse.fuse(plan, raw, fp32, external_data=external_data)
         built = [

@@ -25,7 +25,11 @@ def open_artifact(artifact_dir: str | Path) -> Artifact:
     root = Path(artifact_dir).expanduser()
     try:
         if not root.is_dir():
-            raise ManifestError(f"{root}: not a folder; pass a tei-export artifact folder")
+            bundle = root.is_file() and root.name.endswith((".tar", ".tar.gz", ".tgz"))
+            hint = f" (a bundle: `tei-bundle unpack {root} FOLDER` first)" if bundle else ""
+            raise ManifestError(
+                f"{root}: not a folder; pass a tei-export artifact folder{hint}"
+            )
         manifest = read_manifest(root)
     except PermissionError as e:
         raise cannot_read(e) from e

@@ -298,6 +298,10 @@ def test_quiet_still_prints_the_exports_own_notes(tmp_path: Path, tiny_bert: Pat
     assert result.returncode == 0, result.stderr
     assert "no 1_Pooling/config.json" in result.stderr, result.stderr
     assert "✓" not in result.stderr  # no progress
+    # an option that does nothing says so: plain graphs are fp32 and int8 only
+    fp16 = _cli(str(checkpoint), str(tmp_path / "fp16"), "--variants", "fp16", "--plain-graphs")
+    assert fp16.returncode == 0, fp16.stderr
+    assert "--plain-graphs does nothing here" in fp16.stderr, fp16.stderr
 
 
 def test_an_interrupt_after_the_artifact_is_in_place_says_it_is_complete(

@@ -43,8 +43,12 @@ def test_missing_file_is_named(make_artifact: ArtifactFactory, name: str) -> Non
 def test_missing_manifest_and_missing_folder(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match=r"manifest\.json: missing"):
         load(tmp_path)
-    with pytest.raises(ManifestError, match="not a folder"):
+    with pytest.raises(ManifestError, match="not a folder") as missing:
         load(tmp_path / "nope")
+    assert "tei-bundle" not in str(missing.value)
+    (tmp_path / "minilm.tar").write_bytes(b"")  # a bundle passed as it came
+    with pytest.raises(ManifestError, match=r"a bundle: `tei-bundle unpack .*minilm\.tar FOLDER`"):
+        load(tmp_path / "minilm.tar")
 
 
 def test_unknown_schema_version_names_the_manifest(make_artifact: ArtifactFactory) -> None:
