@@ -16,7 +16,11 @@ headers and body, within `request_read_seconds` of the connection opening or of 
 first byte (else 408 while its headers are coming in, a close otherwise), and an answer the client
 stops reading is dropped once the socket has accepted nothing for `stalled_write_seconds`.
 Without that, idle or trickling sockets (slowloris) hold file descriptors until the process
-runs out of them, and each client that never reads holds its whole answer in memory.
+runs out of them, and each client that never reads holds its whole answer in memory. Past
+`connection_cap` open connections a new one closes the longest idle ones (keep-alive between
+requests is otherwise 620 s). At shutdown a request whose body stopped arriving is answered
+503 after `shutdown_read_seconds` instead of holding the exit for the grace period; and when a
+connection goes, every request of it still unanswered is marked gone, not only the newest.
 """
 
 from __future__ import annotations
