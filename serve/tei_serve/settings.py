@@ -419,7 +419,14 @@ def _from_env(opt: _Option, raw: str) -> Any:
         if opt.kind is None:
             return parse_bool(raw)
         if opt.multiple:
-            return [opt.kind(v.strip()) for v in raw.split(",") if v.strip()]
+            entries = [v.strip() for v in raw.split(",")]
+            if len(entries) > 1 and not all(entries):
+                # `a,,b`: dropping the gap would shift every later entry onto another model
+                raise SettingsError(
+                    f"env {opt.env}={raw!r}: entry {entries.index('') + 1} is empty; give "
+                    "one per model, comma-separated"
+                )
+            return [opt.kind(v) for v in entries if v]
         return opt.kind(raw)
     except (argparse.ArgumentTypeError, ValueError) as e:
         raise SettingsError(f"env {opt.env}={raw!r}: {e}") from e
@@ -450,6 +457,11 @@ def _check_models(values: dict[str, Any]) -> None:
                 f"{flag} is given {len(given)} times for {models} --model-id: give one for "
                 "every model, or one per model in the same order"
             )
+    if any(not m.strip() for m in values.get("model_ids", [])):
+        raise SettingsError(
+            "--model-id is empty: name a model (with no --model-id at all, all-MiniLM-L6-v2 "
+            "is served)"
+        )
     if any(not n.strip() for n in names):
         raise SettingsError("--served-model-name is empty: give each model a name, or none")
     repeated = sorted({n for n in names if names.count(n) > 1})

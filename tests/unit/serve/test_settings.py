@@ -132,6 +132,23 @@ def test_model_id_env_is_a_comma_separated_list() -> None:
     assert s.model_ids == ("a/embedder", "b/reranker")
     assert s.served_model_names == ("emb", "rr")
     assert load_settings(["--model-id", "c"], env={"MODEL_ID": "a,b"}).model_ids == ("c",)
+    assert load_settings([], env={"MODEL_ID": ""}).model_ids == ()  # set but empty: none
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [([], {"MODEL_ID": "a,b,c", "SERVED_MODEL_NAME": "x,,z"},
+      r"SERVED_MODEL_NAME='x,,z': entry 2 is empty"),
+     ([], {"MODEL_ID": "a,,b"}, r"MODEL_ID='a,,b': entry 2 is empty"),
+     (["--model-id", "a", "--model-id", ""], {}, "--model-id is empty")],
+)  # fmt: skip
+def test_an_empty_model_entry_is_refused_not_dropped_or_defaulted(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    """A gap in a comma list shifted every later name onto another model (then failed with a
+    miscount); an empty --model-id served all-MiniLM-L6-v2 beside the others."""
+    with pytest.raises(SettingsError, match=message):
+        load_settings(argv, env=env)
 
 
 def test_no_model_id_is_the_default_model() -> None:
