@@ -122,6 +122,9 @@ def cache_key(
     ident = str(path.resolve()) if path.exists() else model_id
     source = f"{ident}\0{revision}\0{options.pooling}" + options.key_parts()
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if label is not None and Path(label).exists():
+        # A folder named relative or absolute is one folder: one export, one name.
+        label = str(Path(label).resolve())
     readable = label or (path.name if path.exists() else model_id)
     name = re.sub(r"[^A-Za-z0-9._-]+", "--", readable)
     return f"{name.strip('-.')[:80]}-{digest}"

@@ -51,6 +51,16 @@ def test_cached_export_reused(tmp_path: Path) -> None:
     assert key.startswith("org--model-")
 
 
+def test_a_folder_named_relative_or_absolute_keys_one_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ck").mkdir()
+    monkeypatch.chdir(tmp_path)
+    relative = model_source.cache_key("ck", None, label="ck")
+    absolute = model_source.cache_key(str(tmp_path / "ck"), None, label=str(tmp_path / "ck"))
+    assert relative == absolute
+
+
 def test_cache_key_depends_on_revision_and_pooling() -> None:
     keys = {
         model_source.cache_key("m", r, ExportOptions(pooling=p))
