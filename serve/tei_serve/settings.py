@@ -422,10 +422,8 @@ def _from_env(opt: _Option, raw: str) -> Any:
             entries = [v.strip() for v in raw.split(",")]
             if len(entries) > 1 and not all(entries):
                 # `a,,b`: dropping the gap would shift every later entry onto another model
-                raise SettingsError(
-                    f"env {opt.env}={raw!r}: entry {entries.index('') + 1} is empty; give "
-                    "one per model, comma-separated"
-                )
+                raise ValueError(f"entry {entries.index('') + 1} is empty; give every entry, "
+                                 "comma-separated")  # fmt: skip
             return [opt.kind(v) for v in entries if v]
         return opt.kind(raw)
     except (argparse.ArgumentTypeError, ValueError) as e:

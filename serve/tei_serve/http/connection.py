@@ -26,10 +26,15 @@ connection goes, every request of it still unanswered is marked gone, not only t
 from __future__ import annotations
 
 import asyncio
+import functools
 import resource
 from typing import Any
 
+import msgspec
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from tei_serve.errors import ShuttingDownError
+from tei_serve.http.errors import ErrorResponse
 
 _KEEP_ALIVE = (b"connection", b"keep-alive")
 _HEADERS_TOO_LARGE = (
@@ -39,16 +44,20 @@ _HEADERS_TOO_LARGE = (
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 )
-_STOPPED_BODY = b'{"error":"server is shutting down","error_type":"Unhealthy"}'
+_STOPPED_BODY = msgspec.json.encode(
+    ErrorResponse(error=ShuttingDownError().message, error_type=ShuttingDownError.error_type)
+)
 _SHUTTING_DOWN = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_STOPPED_BODY), _STOPPED_BODY)
 )
 
 
+@functools.cache
 def _default_cap() -> int:
     """80% of the open-file limit: the rest for the model's files, the tokenizer pool, the
-    metrics port and the connections being answered."""
+    metrics port and the connections being answered. Read at the first connection, after
+    tei-serve has raised the limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return max(16, int(soft * 0.8)) if soft != resource.RLIM_INFINITY else 1 << 20
 
